@@ -1,0 +1,173 @@
+"""Command line: parse, configure logging, build the config, run. Nothing else lives here."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+
+from indexer import logs
+from indexer.config import Config, ConfigError, load_config
+from indexer.mappings import MappingError
+
+app = typer.Typer(help="Keeps Elasticsearch in sync with MySQL/MariaDB via Debezium.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+mappings_app = typer.Typer(help="Index definitions under mappings/.", no_args_is_help=True)
+dlq_app = typer.Typer(help="The dead-letter topic.", no_args_is_help=True)
+tombstones_app = typer.Typer(help="Tombstones of deleted rows.", no_args_is_help=True)
+app.add_typer(mappings_app, name="mappings")
+app.add_typer(dlq_app, name="dlq")
+app.add_typer(tombstones_app, name="tombstones")
+
+ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file",
+                                                   envvar="INDEXER_CONFIG")]
+LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")]
+err = Console(stderr=True)
+
+T = TypeVar("T")
+EXIT_ERROR = 2  # configuration or runtime error (1 is left to "unhealthy"/"drift")
+
+
+def _config(path: Path | None, level: str) -> Config:
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        err.print(f"[red]configuration error:[/red] {exc}")
+        raise typer.Exit(EXIT_ERROR) from exc
+    logs.configure(config.log_format, level)
+    return config
+
+
+@app.command()
+def run(config: ConfigOption = None, log_level: LogLevel = "INFO") -> None:
+    """Stream Debezium change events from Kafka into Elasticsearch until stopped."""
+    from indexer.daemon import Daemon
+
+    cfg = _config(config, log_level)
+
+    async def main() -> None:
+        daemon = Daemon(cfg)
+        daemon.install_signal_handlers()
+        daemon.metrics.serve(cfg.metrics_port)
+        await daemon.run()
+
+    _run(main())
+
+
+@app.command()
+def check(config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
+    """Health as exit code: 0 when Elasticsearch, Kafka and every table's alias answer."""
+    from indexer.health import check_health
+
+    cfg = _config(config, log_level)
+    problems = _run(check_health(cfg))
+    for problem in problems:
+        err.print(f"[red]unhealthy:[/red] {problem}")
+    if problems:
+        raise typer.Exit(1)
+    err.print("[green]healthy[/green]")
+
+
+@mappings_app.command("validate")
+def mappings_validate(config: ConfigOption = None) -> None:
+    """Check every table's mapping file without touching Elasticsearch."""
+    from indexer.admin import definition_for
+
+    cfg = _config(config, "WARNING")
+    try:
+        for table in cfg.tables:
+            definition = definition_for(cfg, table)
+            err.print(f"{table.name}: {definition.source} ok")
+    except MappingError as exc:
+        err.print(f"[red]invalid mapping:[/red] {exc}")
+        raise typer.Exit(EXIT_ERROR) from exc
+
+
+@mappings_app.command("apply")
+def mappings_apply(
+    config: ConfigOption = None,
+    table: Annotated[list[str] | None, typer.Option(help="only these tables")] = None,
+    log_level: LogLevel = "INFO",
+) -> None:
+    """Create each table's versioned index and aliases from its mapping file, if missing."""
+    from indexer.admin import ensure_table_index
+    from indexer.sink.elasticsearch import connect
+
+    cfg = _config(config, log_level)
+    tables = [cfg.table(t) for t in table] if table else list(cfg.tables)
+
+    async def main() -> None:
+        client = connect(cfg.elasticsearch)
+        try:
+            for t in tables:
+                state = await ensure_table_index(client, cfg, t)
+                err.print(f"{t.name}: alias {t.alias} -> {', '.join(state.live)}")
+        finally:
+            await client.close()
+
+    _run(main())
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    config: ConfigOption = None,
+    table: Annotated[list[str] | None, typer.Option(help="only these tables' letters")] = None,
+    kind: Annotated[list[str] | None, typer.Option(help="only these error kinds")] = None,
+    since: Annotated[datetime | None, typer.Option(help="only dead letters failed since")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list, do not send")] = False,
+    log_level: LogLevel = "INFO",
+) -> None:
+    """Re-deliver dead letters to their source topics (after fixing what failed)."""
+    from datetime import UTC
+
+    from indexer.dlq import ReplayFilter, replay
+
+    cfg = _config(config, log_level)
+    topics = frozenset(cfg.table(t).topic for t in table or [])
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    selection = ReplayFilter(topics=topics, kinds=frozenset(kind or []), since=since)
+    report = _run(replay(cfg.kafka, selection, dry_run=dry_run))
+    err.print(f"read {report.read}, matched {report.matched}, replayed {report.replayed}, "
+              f"unreadable {report.unreadable}")
+
+
+@tombstones_app.command("purge")
+def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = "INFO") -> None:
+    """Delete tombstones older than deletes.tombstone_retention_s."""
+    import time
+
+    from indexer.admin import purge_tombstones
+    from indexer.sink.elasticsearch import connect
+
+    cfg = _config(config, log_level)
+    cutoff_ms = int((time.time() - cfg.tombstone_retention_s) * 1000)
+
+    async def main() -> None:
+        client = connect(cfg.elasticsearch)
+        try:
+            for t in cfg.tables:
+                purged = await purge_tombstones(client, t.alias, cutoff_ms)
+                err.print(f"{t.name}: purged {purged} tombstones")
+        finally:
+            await client.close()
+
+    _run(main())
+
+
+def _run(coro: Coroutine[object, object, T]) -> T:
+    try:
+        return asyncio.run(coro)
+    except (ConfigError, MappingError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_ERROR) from exc
+
+
+def main() -> None:
+    sys.exit(app())  # pragma: no cover

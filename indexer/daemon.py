@@ -1,0 +1,309 @@
+"""The run loop: Kafka batches -> documents -> bulk writes -> offsets, commit-after-success.
+
+Offsets advance only over messages whose every write was confirmed (written or found stale)
+or which went to the dead-letter topic. Batches are written concurrently (``in_flight``) but
+committed strictly in order, so a commit never covers a batch still being written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from aiokafka.structs import ConsumerRecord, TopicPartition
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
+
+from indexer.admin import ensure_table_index
+from indexer.config import Config, TableConfig
+from indexer.dlq import dead_letter_for
+from indexer.documents import DocumentBuilder
+from indexer.events import DecodeError, EnvelopeDecoder
+from indexer.metrics import Metrics
+from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
+from indexer.source.kafka import KafkaSource, Producer, Records
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_MS = 500  # how long an empty fetch waits; bounds how late stop() is noticed
+
+
+@dataclass(slots=True)
+class Message:
+    """One consumed message and what became of it."""
+
+    record: ConsumerRecord[bytes, bytes]
+    table: TableConfig
+    op: Op | None = None
+    op_kind: str = ""  # c/u/r/d, or "tombstone"
+    ts_ms: int = 0
+    error: tuple[str, str] | None = None  # (kind, reason) when it cannot be decoded
+
+
+@dataclass
+class Batch:
+    messages: list[Message] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    size: int = 0
+
+
+@dataclass
+class _Table:
+    config: TableConfig
+    decoder: EnvelopeDecoder
+    builder: DocumentBuilder
+
+
+class Daemon:
+    def __init__(self, config: Config, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self._tables = {
+            t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types),
+                            DocumentBuilder(t))
+            for t in config.tables
+        }
+        self._stopping = asyncio.Event()
+        self._inflight: deque[tuple[Batch, asyncio.Task[None]]] = deque()
+        self._source: KafkaSource | None = None
+        self._sink: ElasticsearchSink | None = None
+        self._producer: Producer | None = None
+        self._failed = False
+        self.started = asyncio.Event()
+
+    def stop(self) -> None:
+        """Asks the loop to finish: in-flight batches get ``shutdown_grace_s`` to complete."""
+        self._stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    async def run(self) -> None:
+        cfg = self.config
+        async with (
+            ElasticsearchSink(cfg.elasticsearch, self.metrics,
+                              max_backoff_s=cfg.batch.max_backoff_s) as sink,
+            Producer(cfg.kafka) as producer,
+        ):
+            for table in cfg.tables:
+                await ensure_table_index(sink.client, cfg, table)
+            self._sink, self._producer = sink, producer
+            async with KafkaSource(cfg.kafka, list(self._tables), self._on_revoked) as source:
+                self._source = source
+                log.info("indexer running: %d tables, group %s",
+                         len(self._tables), cfg.kafka.group_id)
+                self.started.set()
+                try:
+                    await self._loop()
+                finally:
+                    await self._shutdown()
+        log.info("indexer stopped")
+
+    async def _loop(self) -> None:
+        while not self._stopping.is_set():
+            await self._commit_done()
+            if len(self._inflight) >= self.config.batch.in_flight:
+                await self._wait_for(self._inflight[0][1])
+                continue
+            batch = await self._next_batch()
+            if batch.messages:
+                task = asyncio.create_task(self._process(batch))
+                self._inflight.append((batch, task))
+
+    async def _wait_for(self, task: asyncio.Task[None]) -> None:
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+
+    async def _next_batch(self) -> Batch:
+        """Fills a batch up to max events/bytes, waiting at most ``linger_ms`` once it has one."""
+        source = self._source
+        assert source is not None
+        limits = self.config.batch
+        batch = Batch()
+        records = await source.fetch(limits.max_events, IDLE_POLL_MS)
+        deadline = time.monotonic() + limits.linger_ms / 1000
+        while True:
+            self._add(batch, records)
+            remaining = deadline - time.monotonic()
+            room = limits.max_events - len(batch.messages)
+            if not batch.messages or remaining <= 0 or room <= 0 or batch.size >= limits.max_bytes:
+                break
+            if self._stopping.is_set():
+                break
+            records = await source.fetch(room, int(remaining * 1000) or 1)
+        # A rebalance during the linger may have taken partitions away: leave their messages
+        # to the new owner, who reads them from the last commit.
+        assigned = source.assignment()
+        if any(tp not in assigned for tp in batch.offsets):
+            batch.messages = [m for m in batch.messages if _tp(m.record) in assigned]
+            batch.offsets = {tp: o for tp, o in batch.offsets.items() if tp in assigned}
+        return batch
+
+    def _add(self, batch: Batch, records: Records) -> None:
+        for tp, messages in records.items():
+            for record in messages:
+                batch.messages.append(self._prepare(record))
+                batch.size += len(record.value or b"") + len(record.key or b"")
+            if messages:
+                batch.offsets[tp] = messages[-1].offset + 1
+
+    def _prepare(self, record: ConsumerRecord[bytes, bytes]) -> Message:
+        table = self._tables[record.topic]
+        message = Message(record, table.config)
+        try:
+            change = table.decoder.decode(record.key, record.value)
+            if change is None:
+                message.op_kind = "tombstone"
+                return message
+            message.op_kind = change.op
+            message.ts_ms = change.position.ts_ms
+            message.op = Op(table.config.alias, table.builder.write_for_change(change))
+        except DecodeError as exc:
+            message.error = (exc.kind, exc.reason)
+        except Exception as exc:  # a bug must not lose the message either
+            log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition,
+                          record.offset)
+            message.error = ("internal-error", f"{type(exc).__name__}: {exc}")
+        return message
+
+    async def _process(self, batch: Batch) -> None:
+        sink = self._sink
+        assert sink is not None
+        # Only the highest version per document can win; the rest are stale already.
+        latest: dict[tuple[str, str], Op] = {}
+        for message in batch.messages:
+            op = message.op
+            if op is None:
+                continue
+            key = (op.alias, op.write.id)
+            current = latest.get(key)
+            if current is None or op.write.version > current.write.version:
+                if current is not None:
+                    current.outcome = Outcome.STALE
+                latest[key] = op
+            else:
+                op.outcome = Outcome.STALE
+        if latest:
+            await sink.write(list(latest.values()))
+        await self._dead_letter(batch)
+        self._count(batch)
+
+    async def _dead_letter(self, batch: Batch) -> None:
+        producer = self._producer
+        assert producer is not None
+        topic = self.config.kafka.dead_letter_topic
+        for message in batch.messages:
+            error = message.error
+            attempts = 1
+            if message.op is not None and message.op.outcome is Outcome.FAILED:
+                error = (message.op.error_kind, message.op.error_reason)
+                attempts = message.op.attempts
+            if error is None:
+                continue
+            record = message.record
+            letter = dead_letter_for(record, error[0], error[1], attempts)
+            log.error("dead-lettering %s[%d]@%d: %s: %s", record.topic, record.partition,
+                      record.offset, error[0], error[1])
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(Exception),
+                wait=wait_random_exponential(multiplier=0.1, max=self.config.batch.max_backoff_s),
+                stop=stop_never,
+                reraise=True,
+            ):
+                with attempt:
+                    await producer.send(topic, record.key, record.value,
+                                        list(record.headers) + letter.headers())
+            self.metrics.dead_lettered.labels(message.table.name, error[0]).inc()
+
+    def _count(self, batch: Batch) -> None:
+        m = self.metrics
+        now_ms = time.time() * 1000
+        oldest: dict[str, int] = {}
+        newest: dict[str, int] = {}
+        for message in batch.messages:
+            table = message.table.name
+            m.events.labels(table, message.op_kind or "invalid").inc()
+            op = message.op
+            if op is None:
+                if message.op_kind == "tombstone":
+                    m.skipped.labels(table).inc()
+                continue
+            if op.outcome is Outcome.WRITTEN:
+                (m.deleted if op.write.deleted else m.indexed).labels(table).inc()
+            elif op.outcome is Outcome.STALE:
+                m.stale.labels(table).inc()
+            if message.ts_ms:
+                oldest[table] = min(oldest.get(table, message.ts_ms), message.ts_ms)
+                newest[table] = max(newest.get(table, 0), message.ts_ms)
+        for table, ts in oldest.items():
+            m.event_age.labels(table).observe(max(0.0, (now_ms - ts) / 1000))
+            m.freshness.labels(table).set(max(0.0, (now_ms - newest[table]) / 1000))
+
+    async def _commit_done(self) -> None:
+        """Commits the completed batches at the head of the queue, in order."""
+        offsets: dict[TopicPartition, int] = {}
+        while self._inflight and self._inflight[0][1].done() and not self._failed:
+            batch, task = self._inflight[0]
+            if task.cancelled() or task.exception() is not None:
+                # A fatal error (transient ones are retried inside): nothing at or after this
+                # batch may be committed. It stops the daemon.
+                self._failed = True
+                break
+            self._inflight.popleft()
+            offsets.update(batch.offsets)
+        if offsets:
+            await self._commit(offsets)
+        if self._failed:
+            self._inflight[0][1].result()
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        source = self._source
+        assert source is not None
+        try:
+            await source.commit(offsets)
+        except Exception as exc:
+            # Uncommitted work is read again after a restart or rebalance: duplicates, no loss.
+            log.warning("offset commit failed (%s); the messages will be read again", exc)
+            return
+        self.metrics.committed.inc()
+        for tp, offset in offsets.items():
+            lag = source.lag(tp, offset)
+            if lag is not None:
+                self.metrics.lag.labels(tp.topic, str(tp.partition)).set(lag)
+
+    async def _drain(self, grace_s: float) -> None:
+        """Waits for in-flight batches (abandoning them after ``grace_s``) and commits the
+        completed prefix."""
+        tasks = [task for _, task in self._inflight]
+        if tasks and not self._failed:
+            await asyncio.wait(tasks, timeout=grace_s)
+        with contextlib.suppress(Exception):
+            await self._commit_done()
+        if self._inflight:
+            log.warning("abandoning %d unfinished batches; they will be read again",
+                        len(self._inflight))
+            for _, task in self._inflight:
+                task.cancel()
+            for _, task in self._inflight:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            self._inflight.clear()
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._drain(self.config.batch.shutdown_grace_s)
+
+    async def _shutdown(self) -> None:
+        await self._drain(self.config.batch.shutdown_grace_s)
+
+
+def _tp(record: ConsumerRecord[bytes, bytes]) -> TopicPartition:
+    return TopicPartition(record.topic, record.partition)

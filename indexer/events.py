@@ -1,0 +1,297 @@
+"""Debezium change events (JSON converter, with or without schemas) to plain change records.
+
+Pure: bytes in, a :class:`Change` (or ``None`` for a tombstone) out. Logical types are decoded
+to the canonical values of :mod:`indexer.values`. With schemas, each field's schema names its
+encoding; the schema part of a message is identical for every event of a table version, so it
+is parsed once and cached by its bytes and only the payload is parsed per event. Without
+schemas, the encoding follows the connector settings plus per-column type hints.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from indexer import values
+from indexer.config import ConfigError, ConnectorSettings
+
+Converter = Callable[[Any], Any]
+# (field name, converter) for the fields that need one; the rest pass through unchanged.
+RowPlan = tuple[tuple[str, Converter], ...]
+
+OPS = frozenset({"c", "u", "r", "d"})
+SCHEMA_PREFIX = b'{"schema":'
+PAYLOAD_MARKER = b',"payload":'
+# A table's schema changes rarely; a small cache holds every live version with room to spare.
+SCHEMA_CACHE_SIZE = 64
+
+_COLUMN_TYPE = "__debezium.source.column.type"
+_COLUMN_LENGTH = "__debezium.source.column.length"
+
+
+class DecodeError(ValueError):
+    """A message that cannot be turned into a change; it goes to the dead-letter topic."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where and when the change was committed in the source database."""
+
+    file: str
+    pos: int
+    row: int
+    ts_ms: int
+    snapshot: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    op: str
+    key: dict[str, Any]
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    position: Position
+
+
+def _fsp(params: Mapping[str, Any], default: int) -> int:
+    """Fraction digits of a temporal column: the propagated length, or the encoding's unit."""
+    if _COLUMN_TYPE in params:
+        return int(params.get(_COLUMN_LENGTH) or 0)
+    return default
+
+
+def field_converter(schema: Mapping[str, Any]) -> Converter | None:
+    """The converter for one field's value, from its Kafka Connect schema; None = as is."""
+    name = schema.get("name")
+    params: Mapping[str, Any] = schema.get("parameters") or {}
+    column_type = str(params.get(_COLUMN_TYPE, "")).upper()
+    if name == "org.apache.kafka.connect.data.Decimal":
+        scale = int(params.get("scale", 0))
+        unsigned_bigint = column_type == "BIGINT UNSIGNED" or (
+            not column_type and scale == 0 and params.get("connect.decimal.precision") == "20"
+        )
+        if unsigned_bigint:
+            return values.unscaled_from_base64
+        return lambda v: values.decimal_from_base64(v, scale)
+    if name == "io.debezium.data.VariableScaleDecimal":
+        return lambda v: values.decimal_from_unscaled(
+            values.unscaled_from_base64(v["value"]), int(v["scale"])
+        )
+    if name in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
+        return values.date_from_days
+    if name in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
+        fsp = _fsp(params, 3)
+        return lambda v: values.datetime_from_micros(v * 1000, fsp)
+    if name == "io.debezium.time.MicroTimestamp":
+        fsp = _fsp(params, 6)
+        return lambda v: values.datetime_from_micros(v, fsp)
+    if name == "io.debezium.time.NanoTimestamp":
+        fsp = _fsp(params, 6)
+        return lambda v: values.datetime_from_micros(v // 1000, fsp)
+    if name == "io.debezium.time.ZonedTimestamp":
+        fsp = _fsp(params, 6)
+        return lambda v: values.timestamp_from_iso(v, fsp)
+    if name in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
+        fsp = _fsp(params, 3)
+        return lambda v: values.time_from_micros(v * 1000, fsp)
+    if name == "io.debezium.time.MicroTime":
+        fsp = _fsp(params, 6)
+        return lambda v: values.time_from_micros(v, fsp)
+    if name == "io.debezium.time.NanoTime":
+        fsp = _fsp(params, 6)
+        return lambda v: values.time_from_micros(v // 1000, fsp)
+    if name == "io.debezium.data.Json":
+        return orjson.loads
+    if name == "io.debezium.data.EnumSet":
+        return values.set_members
+    if name == "io.debezium.data.Bits":
+        return values.bits_from_base64_le
+    if column_type == "BIGINT UNSIGNED" and schema.get("type") == "int64":
+        return values.unsigned_from_signed_long
+    return None
+
+
+def row_plan(struct_schema: Mapping[str, Any]) -> RowPlan:
+    plan = []
+    for field in struct_schema.get("fields", []):
+        converter = field_converter(field)
+        if converter is not None:
+            plan.append((str(field["field"]), converter))
+    return tuple(plan)
+
+
+def apply_plan(row: dict[str, Any], plan: RowPlan) -> dict[str, Any]:
+    for name, convert in plan:
+        value = row.get(name)
+        if value is not None:
+            try:
+                row[name] = convert(value)
+            except (ValueError, TypeError, KeyError, OverflowError, orjson.JSONDecodeError) as exc:
+                raise DecodeError("bad-value", f"column {name!r}: {exc}") from exc
+    return row
+
+
+_HINT = re.compile(r"^\s*([a-z ]+?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*(unsigned)?\s*$")
+
+
+def hinted_field_schema(column: str, hint: str, connector: ConnectorSettings) -> dict[str, Any]:
+    """The field schema Debezium would have sent for a column of MySQL type ``hint``.
+
+    Lets schemaless messages reuse the schema-driven converters. Raises ConfigError for a
+    type it does not know, naming the column.
+    """
+    match = _HINT.match(hint.lower())
+    if not match:
+        raise ConfigError(f"column_types.{column}: cannot read the type {hint!r}")
+    base, first, second, unsigned = match.groups()
+    length = int(first) if first else 0
+    params: dict[str, Any] = {_COLUMN_TYPE: base.upper(), _COLUMN_LENGTH: str(length)}
+    schema: dict[str, Any] = {"field": column, "parameters": params}
+    mode = connector.time_precision_mode
+    if base in ("decimal", "numeric"):
+        if connector.decimal_handling_mode == "precise":
+            schema["name"] = "org.apache.kafka.connect.data.Decimal"
+            params["scale"] = second or "0"
+    elif base == "bigint" and unsigned:
+        params[_COLUMN_TYPE] = "BIGINT UNSIGNED"
+        if connector.bigint_unsigned_handling_mode == "precise":
+            schema["name"] = "org.apache.kafka.connect.data.Decimal"
+            params["scale"] = "0"
+        else:
+            schema["type"] = "int64"
+    elif base == "date":
+        schema["name"] = "io.debezium.time.Date"
+    elif base == "datetime":
+        micro = mode != "connect" and length > 3
+        schema["name"] = f"io.debezium.time.{'MicroTimestamp' if micro else 'Timestamp'}"
+    elif base == "timestamp":
+        schema["name"] = "io.debezium.time.ZonedTimestamp"
+    elif base == "time":
+        micro = mode == "adaptive_time_microseconds" or (mode == "adaptive" and length > 3)
+        schema["name"] = f"io.debezium.time.{'MicroTime' if micro else 'Time'}"
+    elif base == "json":
+        schema["name"] = "io.debezium.data.Json"
+    elif base == "set":
+        schema["name"] = "io.debezium.data.EnumSet"
+    elif base == "bit":
+        if length > 1:
+            schema["name"] = "io.debezium.data.Bits"
+    elif base not in ("enum", "year", "blob", "binary", "varbinary", "char", "varchar", "text",
+                      "int", "integer", "bigint", "smallint", "tinyint", "mediumint", "float",
+                      "double", "bool", "boolean", "tinyblob", "mediumblob", "longblob",
+                      "tinytext", "mediumtext", "longtext"):
+        raise ConfigError(f"column_types.{column}: unknown MySQL type {hint!r}")
+    return schema
+
+
+class EnvelopeDecoder:
+    """Decodes one table's topic. Holds only a cache of parsed schemas."""
+
+    def __init__(self, connector: ConnectorSettings, column_types: Mapping[str, str]) -> None:
+        self._schemaless_plan = row_plan(
+            {"fields": [hinted_field_schema(c, t, connector) for c, t in column_types.items()]}
+        )
+        self._value_plans: dict[bytes, RowPlan] = {}
+        self._key_plans: dict[bytes, RowPlan] = {}
+
+    def decode(self, key: bytes | None, value: bytes | None) -> Change | None:
+        """A change, or None for Debezium's tombstone (the null value after a delete)."""
+        if value is None:
+            return None
+        envelope, plan = self._parse(value, self._value_plans, _envelope_row_schema)
+        if not isinstance(envelope, dict):
+            raise DecodeError("undecodable", "the value is not a JSON object")
+        op = envelope.get("op")
+        if op not in OPS:
+            raise DecodeError("unsupported-op", f"op {op!r} is not one of c, u, r, d "
+                              "(a TRUNCATE needs `indexer reindex`)")
+        before = envelope.get("before")
+        after = envelope.get("after")
+        if (op == "d" and not isinstance(before, dict)) or (
+            op != "d" and not isinstance(after, dict)
+        ):
+            raise DecodeError("undecodable", f"op {op!r} without its row image")
+        if before is not None:
+            apply_plan(before, plan)
+        if after is not None:
+            apply_plan(after, plan)
+        return Change(op, self.decode_key(key), before, after, _position(envelope))
+
+    def decode_key(self, key: bytes | None) -> dict[str, Any]:
+        if key is None:
+            raise DecodeError("undecodable", "the message has no key (a table without a "
+                              "primary key cannot be indexed by id)")
+        payload, plan = self._parse(key, self._key_plans, lambda s: s)
+        if not isinstance(payload, dict) or not payload:
+            raise DecodeError("undecodable", "the key is not a JSON object of key columns")
+        return apply_plan(payload, plan)
+
+    def _parse(
+        self,
+        raw: bytes,
+        cache: dict[bytes, RowPlan],
+        row_schema: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> tuple[Any, RowPlan]:
+        if raw.startswith(SCHEMA_PREFIX):
+            # Fast path: JsonConverter writes {"schema":...,"payload":...} compactly, and an
+            # unescaped ',"payload":' cannot occur inside the schema's strings.
+            split = raw.find(PAYLOAD_MARKER)
+            if split > 0 and raw.endswith(b"}"):
+                schema_bytes = raw[len(SCHEMA_PREFIX):split]
+                plan = cache.get(schema_bytes)
+                try:
+                    if plan is None:
+                        plan = self._plan(orjson.loads(schema_bytes), row_schema)
+                        if len(cache) >= SCHEMA_CACHE_SIZE:
+                            cache.clear()
+                        cache[schema_bytes] = plan
+                    return orjson.loads(raw[split + len(PAYLOAD_MARKER):-1]), plan
+                except orjson.JSONDecodeError:
+                    pass  # not the layout we expected: parse the whole message below
+        try:
+            message = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError("undecodable", f"not JSON: {exc}") from exc
+        if isinstance(message, dict) and message.keys() == {"schema", "payload"}:
+            return message["payload"], self._plan(message["schema"], row_schema)
+        return message, self._schemaless_plan
+
+    @staticmethod
+    def _plan(
+        schema: Any, row_schema: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> RowPlan:
+        if not isinstance(schema, dict):
+            raise DecodeError("undecodable", "the schema is not a JSON object")
+        return row_plan(row_schema(schema))
+
+
+def _envelope_row_schema(envelope_schema: dict[str, Any]) -> dict[str, Any]:
+    for field in envelope_schema.get("fields", []):
+        if field.get("field") in ("after", "before") and field.get("type") == "struct":
+            return dict(field)
+    raise DecodeError("undecodable", "the schema is not a Debezium envelope (no before/after)")
+
+
+def _position(envelope: Mapping[str, Any]) -> Position:
+    source = envelope.get("source")
+    if not isinstance(source, dict):
+        raise DecodeError("undecodable", "the envelope has no source block")
+    try:
+        return Position(
+            file=str(source.get("file") or ""),
+            pos=int(source.get("pos") or 0),
+            row=int(source.get("row") or 0),
+            ts_ms=int(source.get("ts_ms") or envelope.get("ts_ms") or 0),
+            snapshot=str(source.get("snapshot", "false")) not in ("false", "False", "None"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise DecodeError("undecodable", f"bad source block: {exc}") from exc

@@ -1,0 +1,42 @@
+"""Prometheus metrics in one place, on a registry the caller owns (no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+BULK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+AGE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events = Counter("indexer_events", "Change events consumed", ["table", "op"],
+                              registry=r)
+        self.indexed = Counter("indexer_indexed", "Documents written", ["table"], registry=r)
+        self.deleted = Counter("indexer_deleted", "Deletes written as tombstones", ["table"],
+                               registry=r)
+        self.stale = Counter("indexer_stale", "Writes refused as stale or duplicate (409)",
+                             ["table"], registry=r)
+        self.dead_lettered = Counter("indexer_dead_lettered", "Messages sent to the dead-letter "
+                                     "topic", ["table", "kind"], registry=r)
+        self.skipped = Counter("indexer_skipped", "Debezium tombstones acknowledged", ["table"],
+                               registry=r)
+        self.retries = Counter("indexer_retries", "Bulk retries of transient failures",
+                               ["reason"], registry=r)
+        self.bulk_seconds = Histogram("indexer_bulk_seconds", "Bulk request latency",
+                                      buckets=BULK_BUCKETS, registry=r)
+        self.lag = Gauge("indexer_consumer_lag", "Messages behind the partition's end",
+                         ["topic", "partition"], registry=r)
+        self.freshness = Gauge("indexer_freshness_seconds", "Now minus the source commit time "
+                               "of the newest change written", ["table"], registry=r)
+        self.event_age = Histogram("indexer_event_age_seconds", "Now minus the source commit "
+                                   "time of the oldest change of each written batch",
+                                   ["table"], buckets=AGE_BUCKETS, registry=r)
+        self.committed = Counter("indexer_offsets_committed", "Offset commits", registry=r)
+
+    def serve(self, port: int) -> None:
+        """Exposes /metrics on 0.0.0.0:port (0 = off)."""
+        if port:
+            start_http_server(port, registry=self.registry)

@@ -1,0 +1,227 @@
+"""Async bulk writer: item-level results, 409 as stale, transient failures retried.
+
+Writes go to every index behind a table's sync alias (the live index, and one being rebuilt
+while a reindex runs), resolved again before every bulk so a newly added index never misses a
+change consumed after it was added.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from types import TracebackType
+from typing import Any
+
+import orjson
+from elasticsearch import ApiError, AsyncElasticsearch, TransportError
+from elasticsearch.serializer import OrjsonSerializer
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_random_exponential,
+)
+
+from indexer.config import ElasticsearchSettings
+from indexer.documents import Write
+from indexer.mappings import sync_alias
+from indexer.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+BULK_FILTER = "errors,items.*.status,items.*.error.type,items.*.error.reason"
+# Statuses that say "not now": retried until they pass, never dead-lettered.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# A 500 for one item may be permanent; it gets this many tries before the dead-letter topic.
+MAX_SERVER_ERROR_ATTEMPTS = 8
+
+
+class Outcome(enum.Enum):
+    WRITTEN = "written"
+    STALE = "stale"
+    FAILED = "failed"
+
+
+@dataclass(slots=True)
+class Op:
+    """A write for one table; fans out to every index in the table's sync alias."""
+
+    alias: str
+    write: Write
+    outcome: Outcome | None = None
+    error_kind: str = ""
+    error_reason: str = ""
+    attempts: int = 0
+    server_errors: int = 0
+
+
+class TransientError(Exception):
+    """Elasticsearch could not take the request now; retry with backoff."""
+
+
+class NoTargetError(TransientError):
+    pass
+
+
+@dataclass
+class _Line:
+    op: Op
+    index: str
+
+
+@dataclass
+class _Round:
+    lines: list[_Line] = field(default_factory=list)
+    body: bytearray = field(default_factory=bytearray)
+
+
+class ElasticsearchSink:
+    def __init__(self, settings: ElasticsearchSettings, metrics: Metrics,
+                 *, max_backoff_s: float) -> None:
+        self._settings = settings
+        self._metrics = metrics
+        self._max_backoff_s = max_backoff_s
+        self._client: AsyncElasticsearch | None = None
+
+    async def __aenter__(self) -> ElasticsearchSink:
+        self._client = connect(self._settings)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+    @property
+    def client(self) -> AsyncElasticsearch:
+        assert self._client is not None, "use the sink as an async context manager"
+        return self._client
+
+    async def resolve(self, aliases: Iterable[str]) -> dict[str, list[str]]:
+        """alias -> the concrete indices behind its sync alias (possibly none)."""
+        wanted = {sync_alias(a): a for a in aliases}
+        targets: dict[str, list[str]] = {a: [] for a in wanted.values()}
+        if not wanted:
+            return targets
+        response = await self.client.options(ignore_status=404).indices.get_alias(
+            name=sorted(wanted)
+        )
+        for index, entry in response.body.items():
+            if not isinstance(entry, dict):
+                continue  # the "error"/"status" members of a partial 404
+            for name in entry.get("aliases", {}):
+                if name in wanted:
+                    targets[wanted[name]].append(index)
+        for indices in targets.values():
+            indices.sort()
+        return targets
+
+    async def write(self, ops: Sequence[Op]) -> None:
+        """Writes every op until each is WRITTEN, STALE or FAILED (permanently).
+
+        Transient failures are retried forever with capped exponential backoff and jitter;
+        the caller cancels the call to abandon it.
+        """
+        pending = [op for op in ops if op.outcome is None]
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((TransientError, TransportError)),
+            wait=wait_random_exponential(multiplier=0.05, max=self._max_backoff_s),
+            stop=stop_never,
+            before_sleep=self._before_sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                pending = await self._write_round(pending)
+                if pending:
+                    raise TransientError(f"{len(pending)} items refused for now (429/5xx)")
+
+    async def _write_round(self, pending: list[Op]) -> list[Op]:
+        targets = await self.resolve({op.alias for op in pending})
+        missing = sorted(alias for alias, indices in targets.items() if not indices)
+        if missing:
+            raise NoTargetError(f"no index behind {', '.join(sync_alias(a) for a in missing)}; "
+                                "run `indexer mappings apply`")
+        round_ = _Round()
+        for op in pending:
+            op.attempts += 1
+            for index in targets[op.alias]:
+                round_.lines.append(_Line(op, index))
+                round_.body += action_line(index, op.write)
+                round_.body += op.write.source
+                round_.body += b"\n"
+        started = perf_counter()
+        try:
+            response = await self.client.bulk(operations=bytes(round_.body),  # type: ignore[arg-type]
+                                               filter_path=BULK_FILTER)
+        except ApiError as exc:
+            if exc.meta.status in RETRY_STATUSES or exc.meta.status >= 500:
+                raise TransientError(f"bulk answered {exc.meta.status}") from exc
+            raise
+        finally:
+            self._metrics.bulk_seconds.observe(perf_counter() - started)
+        return self._settle(round_, response.body)
+
+    def _settle(self, round_: _Round, body: dict[str, Any]) -> list[Op]:
+        """Applies item results; returns the ops that must be sent again."""
+        items = body.get("items", [])
+        if len(items) != len(round_.lines):
+            raise TransientError(f"bulk answered {len(items)} items for {len(round_.lines)}")
+        retry: dict[int, Op] = {}
+        written: dict[int, bool] = {}
+        for line, item in zip(round_.lines, items, strict=True):
+            op = line.op
+            (result,) = item.values()
+            status = int(result.get("status", 0))
+            if 200 <= status < 300:
+                written[id(op)] = True
+                continue
+            if status == 409:
+                written.setdefault(id(op), False)
+                continue
+            error = result.get("error") or {}
+            kind, reason = str(error.get("type", status)), str(error.get("reason", ""))
+            if status in RETRY_STATUSES or (status == 404 and kind == "index_not_found_exception"):
+                retry[id(op)] = op
+            elif status >= 500 and op.server_errors < MAX_SERVER_ERROR_ATTEMPTS:
+                op.server_errors += 1
+                retry[id(op)] = op
+            else:
+                op.outcome = Outcome.FAILED
+                op.error_kind, op.error_reason = kind, f"{line.index}: {reason}"
+        for line in round_.lines:
+            op = line.op
+            if op.outcome is None and id(op) not in retry:
+                op.outcome = Outcome.WRITTEN if written.get(id(op)) else Outcome.STALE
+        if retry:
+            self._metrics.retries.labels("item").inc(len(retry))
+        return list(retry.values())
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        reason = type(exc).__name__ if exc else "unknown"
+        self._metrics.retries.labels(reason).inc()
+        log.warning("elasticsearch not available (%s: %s); retry %d in %.2fs", reason, exc,
+                    state.attempt_number, state.upcoming_sleep)
+
+
+def action_line(index: str, write: Write) -> bytes:
+    return orjson.dumps({"index": {"_index": index, "_id": write.id, "version": write.version,
+                                   "version_type": "external"}}) + b"\n"
+
+
+def connect(settings: ElasticsearchSettings) -> AsyncElasticsearch:
+    auth = (settings.username, settings.password or "") if settings.username else None
+    return AsyncElasticsearch(
+        list(settings.hosts),
+        basic_auth=auth,
+        request_timeout=settings.request_timeout_s,
+        max_retries=0,  # retries are ours, with backoff, and never commit past a failure
+        retry_on_timeout=False,
+        serializer=OrjsonSerializer(),
+        http_compress=False,
+    )

@@ -1,0 +1,133 @@
+"""Canonical JSON values for MySQL column types.
+
+Both paths into a document end here: a Debezium event (after decoding its logical type) and a
+row read from MySQL directly. Keeping one formatter per type is what makes the document a
+reindex builds equal, byte for byte, to the one the daemon builds from the event.
+
+Representations (what a user sees in ``_source``):
+  DECIMAL            exact string at the column's scale: "-12.50"
+  BIGINT UNSIGNED    integer (exact, up to 2^64-1)
+  DATE               "2024-02-29"
+  DATETIME(fsp)      "2024-01-02T03:04:05.123" with exactly fsp fraction digits, no zone
+  TIMESTAMP(fsp)     "2024-01-02T03:04:05.123Z" (UTC), fsp fraction digits
+  TIME(fsp)          "-838:59:59", "12:34:56.789012"
+  BIT(1)             true/false;  BIT(n>1) unsigned integer
+  JSON               the parsed value;  SET  list of members;  ENUM, YEAR  as is
+  BLOB/BINARY        base64 string (Elasticsearch's ``binary`` type)
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+EPOCH = datetime(1970, 1, 1)
+EPOCH_DATE = date(1970, 1, 1)
+
+
+def decimal_from_unscaled(unscaled: int, scale: int) -> str:
+    """Formats unscaled * 10^-scale exactly, never in exponent notation."""
+    sign = "-" if unscaled < 0 else ""
+    digits = str(abs(unscaled))
+    if scale <= 0:
+        return sign + digits + "0" * -scale
+    digits = digits.rjust(scale + 1, "0")
+    return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
+
+
+def format_decimal(value: Decimal, scale: int) -> str:
+    sign, digits, exponent = value.quantize(Decimal(1).scaleb(-scale)).as_tuple()
+    assert isinstance(exponent, int)
+    unscaled = int("".join(map(str, digits)) or "0")
+    return decimal_from_unscaled(-unscaled if sign else unscaled, scale)
+
+
+def decimal_from_base64(text: str, scale: int) -> str:
+    """Kafka Connect's Decimal: big-endian two's-complement bytes of the unscaled value."""
+    return decimal_from_unscaled(unscaled_from_base64(text), scale)
+
+
+def unscaled_from_base64(text: str) -> int:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise ValueError(f"not base64 decimal bytes: {text!r}") from exc
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def format_date(value: date) -> str:
+    return value.isoformat()
+
+
+def date_from_days(days: int) -> str:
+    return (EPOCH_DATE + timedelta(days=int(days))).isoformat()
+
+
+def format_datetime(value: datetime, fsp: int) -> str:
+    text = value.replace(tzinfo=None).isoformat(timespec="seconds")
+    if fsp > 0:
+        text += "." + f"{value.microsecond:06d}"[:fsp]
+    return text
+
+
+def datetime_from_micros(micros: int, fsp: int) -> str:
+    return format_datetime(EPOCH + timedelta(microseconds=int(micros)), fsp)
+
+
+def format_timestamp(value: datetime, fsp: int) -> str:
+    """A TIMESTAMP column as UTC; a naive value is taken to be UTC already."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return format_datetime(value, fsp) + "Z"
+
+
+def timestamp_from_iso(text: str, fsp: int) -> str:
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"not an ISO-8601 timestamp: {text!r}") from exc
+    return format_timestamp(parsed, fsp)
+
+
+def time_from_micros(micros: int, fsp: int) -> str:
+    """MySQL TIME is a signed duration up to 838:59:59, not a time of day."""
+    micros = int(micros)
+    sign = "-" if micros < 0 else ""
+    seconds, fraction = divmod(abs(micros), 1_000_000)
+    minutes, secs = divmod(seconds, 60)
+    hours, mins = divmod(minutes, 60)
+    text = f"{sign}{hours:02d}:{mins:02d}:{secs:02d}"
+    if fsp > 0:
+        text += "." + f"{fraction:06d}"[:fsp]
+    return text
+
+
+def format_time(value: timedelta, fsp: int) -> str:
+    return time_from_micros(
+        (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds, fsp
+    )
+
+
+def bits_from_base64_le(text: str) -> int:
+    """Debezium's Bits: the bit string as little-endian bytes."""
+    return int.from_bytes(base64.b64decode(text), "little")
+
+
+def bits_from_bytes_be(raw: bytes) -> int:
+    """MySQL's wire format for BIT(n): big-endian bytes."""
+    return int.from_bytes(raw, "big")
+
+
+def set_members(text: str) -> list[str]:
+    return text.split(",") if text else []
+
+
+def binary_to_base64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def unsigned_from_signed_long(value: int) -> int:
+    """bigint.unsigned.handling.mode=long wraps values >= 2^63; undo the wrap."""
+    return value + (1 << 64) if value < 0 else value

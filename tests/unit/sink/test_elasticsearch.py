@@ -1,0 +1,72 @@
+from typing import Any
+
+import orjson
+
+from indexer.config import ElasticsearchSettings
+from indexer.documents import Write
+from indexer.metrics import Metrics
+from indexer.sink.elasticsearch import (
+    MAX_SERVER_ERROR_ATTEMPTS,
+    ElasticsearchSink,
+    Op,
+    Outcome,
+    _Line,
+    _Round,
+    action_line,
+)
+
+
+def sink() -> ElasticsearchSink:
+    return ElasticsearchSink(ElasticsearchSettings(), Metrics(), max_backoff_s=1)
+
+
+def round_of(ops: list[Op], indices: tuple[str, ...] = ("a-v1",)) -> _Round:
+    return _Round(lines=[_Line(op, index) for op in ops for index in indices])
+
+
+def item(status: int, kind: str = "", reason: str = "") -> dict[str, Any]:
+    result: dict[str, Any] = {"status": status}
+    if kind:
+        result["error"] = {"type": kind, "reason": reason}
+    return {"index": result}
+
+
+def ops(n: int) -> list[Op]:
+    return [Op("a", Write(str(i), i + 1, b"{}", False)) for i in range(n)]
+
+
+def test_action_line_carries_id_and_external_version() -> None:
+    line = action_line("a-v1", Write('x"1', 5, b"{}", False))
+    assert orjson.loads(line) == {"index": {"_index": "a-v1", "_id": 'x"1', "version": 5,
+                                            "version_type": "external"}}
+    assert line.endswith(b"\n")
+
+
+def test_item_results_written_stale_failed_and_retried() -> None:
+    batch = ops(5)
+    retry = sink()._settle(round_of(batch), {"items": [
+        item(201), item(409, "version_conflict_engine_exception"),
+        item(400, "document_parsing_exception", "failed to parse field [n]"),
+        item(429, "es_rejected_execution_exception"), item(503, "unavailable_shards_exception"),
+    ]})
+    assert [op.outcome for op in batch[:3]] == [Outcome.WRITTEN, Outcome.STALE, Outcome.FAILED]
+    assert batch[2].error_kind == "document_parsing_exception"
+    assert "failed to parse field [n]" in batch[2].error_reason
+    assert retry == batch[3:] and all(op.outcome is None for op in retry)
+
+
+def test_a_write_to_two_indices_settles_on_both() -> None:
+    batch = ops(2)
+    retry = sink()._settle(round_of(batch, ("a-v1", "a-v2")), {"items": [
+        item(200), item(409), item(409), item(429)]})
+    assert batch[0].outcome is Outcome.WRITTEN
+    assert retry == [batch[1]]
+
+
+def test_server_errors_are_retried_a_bounded_number_of_times() -> None:
+    (op,) = ops(1)
+    s = sink()
+    for _ in range(MAX_SERVER_ERROR_ATTEMPTS):
+        assert s._settle(round_of([op]), {"items": [item(500, "x")]}) == [op]
+    assert s._settle(round_of([op]), {"items": [item(500, "x")]}) == []
+    assert op.outcome is Outcome.FAILED
