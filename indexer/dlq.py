@@ -8,6 +8,7 @@ replayed event harmless if a newer change was indexed meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.config import KafkaSettings
-from indexer.source.kafka import Producer
+from indexer.source.kafka import Producer, topic_partitions
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +101,19 @@ class ReplayReport:
 
 
 async def replay(settings: KafkaSettings, selection: ReplayFilter, *,
-                 dry_run: bool, printer: object | None = None) -> ReplayReport:
+                 dry_run: bool) -> ReplayReport:
     """Re-delivers the matching dead letters, from the start of the topic to its end now."""
     report = ReplayReport()
+    tps = [TopicPartition(settings.dead_letter_topic, p)
+           for p in await topic_partitions(settings, settings.dead_letter_topic)]
+    if not tps:
+        return report
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers,
                                 enable_auto_commit=False, group_id=None,
                                 isolation_level="read_committed")
     await consumer.start()
+    await asyncio.sleep(0)  # aiokafka's stop() raises if its group-less task never ran
     try:
-        partitions = consumer.partitions_for_topic(settings.dead_letter_topic) or set()
-        tps = [TopicPartition(settings.dead_letter_topic, p) for p in sorted(partitions)]
-        if not tps:
-            return report
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)

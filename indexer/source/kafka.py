@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.config import KafkaSettings
@@ -16,6 +17,8 @@ log = logging.getLogger(__name__)
 
 Records = dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
 RevokeHook = Callable[[set[TopicPartition]], Awaitable[None]]
+# A table's topic appears with its first change; notice it within 30 s rather than 5 min.
+METADATA_MAX_AGE_MS = 30_000
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -52,6 +55,7 @@ class KafkaSource:
             max_partition_fetch_bytes=s.max_partition_fetch_bytes,
             fetch_max_bytes=s.fetch_max_bytes,
             isolation_level="read_committed",
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
         self._consumer.subscribe(self._topics, listener=self._listener)
         await self._consumer.start()
@@ -115,3 +119,14 @@ class Producer:
         assert self._producer is not None, "use the producer as an async context manager"
         await self._producer.send_and_wait(topic, value=value, key=key, headers=list(headers),
                                            partition=partition)
+
+
+async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
+    """The partition numbers of a topic; empty when it does not exist."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    await admin.start()
+    try:
+        (description,) = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return sorted(int(p["partition"]) for p in description.get("partitions", []))

@@ -1,0 +1,294 @@
+"""Fixtures for tests on the real stack (dev/stack.sh up): MariaDB, Kafka, Debezium, ES.
+
+Every test gets its own table in the captured database ``indexer_test`` (so its own Debezium
+topic), its own alias, consumer group and dead-letter topic: tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pymysql
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import ConsumerRecord, TopicPartition
+from elasticsearch import AsyncElasticsearch
+
+from indexer.config import Config, build_config
+from indexer.daemon import Daemon
+
+REPO = Path(__file__).parents[2]
+MYSQL_PORT = int(os.environ.get("MYSQL_PORT", "3306"))
+KAFKA = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
+ES = f"http://127.0.0.1:{os.environ.get('ES_PORT', '9200')}"
+DATABASE = "indexer_test"
+TOPIC_PREFIX = "mysql"
+SENTINEL_ID = 987654321  # a key no test uses for its own rows
+
+Record = ConsumerRecord[bytes, bytes]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def mysql_connect() -> pymysql.connections.Connection[Any]:
+    return pymysql.connect(host="127.0.0.1", port=MYSQL_PORT, user="indexer", password="indexer",
+                           database=DATABASE, autocommit=True, charset="utf8mb4")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stack_is_up() -> None:
+    try:
+        mysql_connect().close()
+    except pymysql.err.OperationalError as exc:
+        pytest.fail(f"MariaDB is not reachable ({exc}); run dev/stack.sh up")
+
+
+@pytest.fixture
+def db() -> Iterator[pymysql.connections.Connection[Any]]:
+    conn = mysql_connect()
+    yield conn
+    conn.close()
+
+
+def sql(db: pymysql.connections.Connection[Any], statement: str, *args: Any) -> list[Any]:
+    with db.cursor() as cur:
+        cur.execute(statement, args or None)
+        return list(cur.fetchall())
+
+
+@pytest.fixture
+async def es() -> AsyncIterator[AsyncElasticsearch]:
+    client = AsyncElasticsearch(ES, request_timeout=60)
+    yield client
+    await client.close()
+
+
+async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float,
+                     what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@contextlib.asynccontextmanager
+async def consumer_of(**options: Any) -> AsyncIterator[AIOKafkaConsumer]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=KAFKA, enable_auto_commit=False, **options)
+    await consumer.start()
+    await asyncio.sleep(0)  # aiokafka's stop() raises if its group-less task never ran
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
+async def read_topic(topic: str, count: int, timeout: float = 60) -> list[Record]:
+    """The first ``count`` messages of a topic (all partitions), waiting for them to exist."""
+    records: list[Record] = []
+    async with consumer_of(auto_offset_reset="earliest", metadata_max_age_ms=1000) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(records) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic}: {len(records)} of {count} messages after "
+                                     f"{timeout}s")
+            batch = await consumer.getmany(timeout_ms=500)
+            for messages in batch.values():
+                records.extend(messages)
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+async def all_events(db: pymysql.connections.Connection[Any], table: TestTable,
+                     timeout: float = 60) -> list[Record]:
+    """Every event of the table's topic so far, in order: a sentinel row inserted and deleted
+    after the test's writes marks the end (its own events are left out)."""
+    sql(db, f"INSERT INTO `{table.name}` (id) VALUES (%s)", SENTINEL_ID)
+    sql(db, f"DELETE FROM `{table.name}` WHERE id = %s", SENTINEL_ID)
+    records: list[Record] = []
+    async with consumer_of(auto_offset_reset="earliest", metadata_max_age_ms=1000) as consumer:
+        consumer.subscribe([table.topic])
+        deadline = time.monotonic() + timeout
+        while not records or records[-1].value is not None or b"%d" % SENTINEL_ID not in (
+                records[-1].key or b""):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{table.topic}: no sentinel after {timeout}s")
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
+                records.extend(messages)
+    return [r for r in records if b"%d" % SENTINEL_ID not in (r.key or b"")]
+
+
+async def end_offsets(topic: str) -> dict[int, int]:
+    async with consumer_of() as consumer:
+        await consumer._client.force_metadata_update()
+        partitions = consumer.partitions_for_topic(topic) or set()
+        assert partitions, f"topic {topic} does not exist"
+        tps = [TopicPartition(topic, p) for p in partitions]
+        ends = await consumer.end_offsets(tps)
+        return {tp.partition: offset for tp, offset in ends.items()}
+
+
+async def committed_offsets(group: str, topic: str) -> dict[int, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+        return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
+    finally:
+        await admin.close()
+
+
+async def create_topic(topic: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+    await wait_for_topic(topic, partitions)
+
+
+async def wait_for_topic(topic: str, partitions: int = 1, timeout: float = 60) -> None:
+    async def exists() -> bool:
+        async with consumer_of() as consumer:
+            await consumer._client.force_metadata_update()
+            return len(consumer.partitions_for_topic(topic) or ()) >= partitions
+
+    await wait_until(exists, timeout, f"topic {topic}", interval=0.5)
+
+
+async def produce(topic: str, messages: list[tuple[bytes | None, bytes | None, int | None]],
+                  headers: list[tuple[str, bytes]] | None = None) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=KAFKA, acks="all")
+    await producer.start()
+    try:
+        for key, value, partition in messages:
+            await producer.send_and_wait(topic, value=value, key=key, partition=partition,
+                                         headers=headers or [])
+    finally:
+        await producer.stop()
+
+
+@dataclass
+class TestTable:
+    """A table of the captured database, with its Debezium topic and its own alias."""
+
+    name: str
+    alias: str
+    mapping: dict[str, Any]
+
+    @property
+    def topic(self) -> str:
+        return f"{TOPIC_PREFIX}.{DATABASE}.{self.name}"
+
+    def entry(self, **overrides: Any) -> dict[str, Any]:
+        return {"name": f"{DATABASE}.{self.name}", "alias": self.alias,
+                "mapping": f"{self.alias}.json", **overrides}
+
+
+@pytest.fixture
+def make_table(db: pymysql.connections.Connection[Any],
+               tmp_path: Path) -> Iterator[Callable[..., TestTable]]:
+    created: list[str] = []
+
+    def make(columns: str, mapping: dict[str, Any] | None = None,
+             prefix: str = "t") -> TestTable:
+        table = TestTable(unique(prefix), unique(prefix.lower()).replace("_", "-"),
+                          mapping or {"settings": {"index": {"number_of_replicas": 0}}})
+        sql(db, f"CREATE TABLE `{table.name}` ({columns}) CHARACTER SET utf8mb4")
+        (tmp_path / f"{table.alias}.json").write_bytes(orjson.dumps(table.mapping))
+        created.append(table.name)
+        return table
+
+    yield make
+    for name in created:
+        with contextlib.suppress(pymysql.err.MySQLError):
+            sql(db, f"DROP TABLE IF EXISTS `{name}`")
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., Config]:
+    def make(*entries: dict[str, Any], **sections: dict[str, Any]) -> Config:
+        raw: dict[str, Any] = {
+            "kafka": {"bootstrap_servers": KAFKA, "group_id": unique("it-group"),
+                      "dead_letter_topic": unique("it-dlq")},
+            "elasticsearch": {"hosts": [ES], "mappings_dir": str(tmp_path)},
+            "metrics": {"port": 0},
+            "batch": {"max_backoff_s": 2.0},
+            "tables": list(entries),
+        }
+        for name, values in sections.items():
+            raw[name] = {**raw.get(name, {}), **values}
+        return build_config(raw, tmp_path)
+
+    return make
+
+
+@contextlib.asynccontextmanager
+async def running(config: Config) -> AsyncIterator[Daemon]:
+    """The daemon in this process, stopped (cleanly) when the block ends."""
+    daemon = Daemon(config)
+    task = asyncio.create_task(daemon.run())
+    started = asyncio.create_task(daemon.started.wait())
+    await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        started.cancel()
+        task.result()
+    try:
+        yield daemon
+        assert not task.done(), "the daemon stopped on its own"
+    finally:
+        daemon.stop()
+        await asyncio.wait_for(task, 60)
+
+
+async def documents(es: AsyncElasticsearch, alias: str) -> dict[str, dict[str, Any]]:
+    """Every document visible through the read alias (tombstones are filtered out)."""
+    await es.indices.refresh(index=f"{alias}-sync")
+    response = await es.search(index=alias, size=10000, query={"match_all": {}},
+                               version=True)
+    return {hit["_id"]: hit["_source"] for hit in response["hits"]["hits"]}
+
+
+async def raw_documents(es: AsyncElasticsearch, alias: str) -> dict[str, dict[str, Any]]:
+    """Every document of the live index, tombstones included, with ``_version``."""
+    await es.indices.refresh(index=f"{alias}-sync")
+    live = list((await es.indices.get_alias(name=alias)).body)
+    response = await es.search(index=live, size=10000, query={"match_all": {}},
+                               version=True)
+    return {hit["_id"]: {**hit["_source"], "_version": hit["_version"]}
+            for hit in response["hits"]["hits"]}
+
+
+async def wait_for_documents(es: AsyncElasticsearch, alias: str,
+                             expected: dict[str, dict[str, Any]], timeout: float = 60) -> None:
+    last: dict[str, dict[str, Any]] = {}
+
+    async def matches() -> bool:
+        nonlocal last
+        with contextlib.suppress(Exception):
+            last = await documents(es, alias)
+        return last == expected
+
+    try:
+        await wait_until(matches, timeout, f"documents of {alias}", interval=0.3)
+    except AssertionError:
+        missing = sorted(set(expected) - set(last))[:5]
+        extra = sorted(set(last) - set(expected))[:5]
+        differ = [k for k in expected if k in last and last[k] != expected[k]][:3]
+        raise AssertionError(
+            f"{alias}: {len(last)} docs, {len(expected)} expected; missing {missing}, "
+            f"extra {extra}, differ {[(k, last[k], expected[k]) for k in differ]}"
+        ) from None

@@ -1,0 +1,80 @@
+"""The foundation: real Debezium events from MariaDB, and Elasticsearch's external versions."""
+
+from typing import Any
+
+import orjson
+import pytest
+from elasticsearch import AsyncElasticsearch, ConflictError
+
+from tests.integration.conftest import read_topic, sql, unique
+
+
+def payload(value: bytes | None) -> dict[str, Any] | None:
+    return None if value is None else orjson.loads(value)["payload"]
+
+
+async def test_row_changes_arrive_in_kafka_as_debezium_events(db: Any, make_table: Any) -> None:
+    table = make_table("id INT PRIMARY KEY, name VARCHAR(20), price DECIMAL(8,2)")
+    sql(db, f"INSERT INTO `{table.name}` VALUES (1, 'tea', 7.90)")
+    sql(db, f"UPDATE `{table.name}` SET name = 'green tea' WHERE id = 1")
+    sql(db, f"DELETE FROM `{table.name}` WHERE id = 1")
+    sql(db, f"INSERT INTO `{table.name}` VALUES (2, 'mug', 14.00)")
+    sql(db, f"UPDATE `{table.name}` SET id = 3 WHERE id = 2")  # a primary-key change
+
+    records = await read_topic(table.topic, 8)
+    keys = [orjson.loads(r.key)["payload"] for r in records if r.key is not None]
+    values = [payload(r.value) for r in records]
+    ops = [v["op"] if v else None for v in values]
+    # c, u, d + tombstone, c, then the key change as d(2) + tombstone + c(3).
+    assert ops == ["c", "u", "d", None, "c", "d", None, "c"]
+    assert keys == [{"id": 1}] * 4 + [{"id": 2}] * 3 + [{"id": 3}]
+    insert, update, delete = values[0], values[1], values[2]
+    assert insert is not None and update is not None and delete is not None
+    assert insert["before"] is None
+    assert insert["after"]["name"] == "tea" and insert["after"]["price"] == "AxY="  # 790
+    assert update["before"]["name"] == "tea" and update["after"]["name"] == "green tea"
+    assert delete["before"]["name"] == "green tea" and delete["after"] is None
+    key_delete, key_create = values[5], values[7]
+    assert key_delete is not None and key_create is not None
+    assert key_delete["before"]["id"] == 2 and key_create["after"]["id"] == 3
+    positions = [(int(v["source"]["file"].rsplit(".", 1)[1]), v["source"]["pos"],
+                  v["source"]["row"]) for v in values if v]
+    # Strictly increasing, except that a key change's delete and create share the position
+    # of the one row update they come from (different ids, so no version clash).
+    assert positions == sorted(positions)
+    assert len(set(positions)) == len(positions) - 1 and positions[-1] == positions[-2]
+    assert all(v["source"]["table"] == table.name for v in values if v)
+
+
+async def test_rows_of_one_transaction_have_increasing_positions(db: Any,
+                                                                 make_table: Any) -> None:
+    table = make_table("id INT PRIMARY KEY, n INT")
+    db.begin()
+    with db.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{table.name}` VALUES (%s, %s)", [(i, i) for i in range(50)])
+        cur.execute(f"UPDATE `{table.name}` SET n = n + 1")
+    db.commit()
+    records = await read_topic(table.topic, 100)
+    positions = [(v["source"]["file"], v["source"]["pos"], v["source"]["row"])
+                 for v in (payload(r.value) for r in records) if v]
+    assert len(positions) == 100
+    assert positions == sorted(positions) and len(set(positions)) == 100
+
+
+async def test_external_versions_reject_lower_versions(es: AsyncElasticsearch) -> None:
+    index = unique("it-versions").lower()
+    await es.indices.create(index=index)
+    try:
+        await es.index(index=index, id="1", document={"v": 5}, version=5,
+                       version_type="external")
+        with pytest.raises(ConflictError):
+            await es.index(index=index, id="1", document={"v": 4}, version=4,
+                           version_type="external")
+        with pytest.raises(ConflictError):
+            await es.index(index=index, id="1", document={"v": 5}, version=5,
+                           version_type="external")
+        await es.index(index=index, id="1", document={"v": 6}, version=6,
+                       version_type="external")
+        assert (await es.get(index=index, id="1"))["_source"] == {"v": 6}
+    finally:
+        await es.indices.delete(index=index)
