@@ -262,6 +262,11 @@ async def documents(es: AsyncElasticsearch, alias: str) -> dict[str, dict[str, A
     return {hit["_id"]: hit["_source"] for hit in response["hits"]["hits"]}
 
 
+async def live_index(es: AsyncElasticsearch, alias: str) -> str:
+    (index,) = (await es.indices.get_alias(name=alias)).body
+    return str(index)
+
+
 async def raw_documents(es: AsyncElasticsearch, alias: str) -> dict[str, dict[str, Any]]:
     """Every document of the live index, tombstones included, with ``_version``."""
     await es.indices.refresh(index=f"{alias}-sync")

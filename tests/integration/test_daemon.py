@@ -16,6 +16,7 @@ from tests.integration.conftest import (
     create_topic,
     documents,
     end_offsets,
+    live_index,
     produce,
     raw_documents,
     read_topic,
@@ -126,7 +127,7 @@ async def test_delete_then_stale_update_after_gc_deletes_stays_deleted(
     await wait_for_topic(table.topic)
     async with running(make_config(table.entry())):
         await wait_for_documents(es, table.alias, expected_rows(db, table.name))
-        index = list((await es.indices.get_alias(name=table.alias)).body)[0]
+        index = await live_index(es, table.alias)
         # Versioned deletes are forgotten after gc_deletes: make that immediate.
         await es.indices.put_settings(index=index, settings={"index.gc_deletes": "0s"})
         await asyncio.sleep(1)
@@ -176,7 +177,7 @@ async def test_poison_messages_are_dead_lettered_and_good_events_indexed(
             lambda: _committed_all(config.kafka.group_id, table.topic, ends), 30, "commit")
 
     # After the fix (the mapping learns the column), a replay indexes the dead letter.
-    index = list((await es.indices.get_alias(name=table.alias)).body)[0]
+    index = await live_index(es, table.alias)
     await es.indices.put_mapping(index=index, properties={"colour": {"type": "keyword"}})
     from indexer.dlq import ReplayFilter, replay
 
