@@ -11,10 +11,10 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 import pymysql
@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from elasticsearch import AsyncElasticsearch
+from elasticsearch.helpers import async_scan
 
 from indexer.config import Config, build_config
 from indexer.daemon import Daemon
@@ -35,7 +36,7 @@ DATABASE = "indexer_test"
 TOPIC_PREFIX = "mysql"
 SENTINEL_ID = 987654321  # a key no test uses for its own rows
 
-Record = ConsumerRecord[bytes, bytes]
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
 
 def unique(prefix: str) -> str:
@@ -169,7 +170,7 @@ async def wait_for_topic(topic: str, partitions: int = 1, timeout: float = 60) -
     await wait_until(exists, timeout, f"topic {topic}", interval=0.5)
 
 
-async def produce(topic: str, messages: list[tuple[bytes | None, bytes | None, int | None]],
+async def produce(topic: str, messages: Sequence[tuple[bytes | None, bytes | None, int | None]],
                   headers: list[tuple[str, bytes]] | None = None) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=KAFKA, acks="all")
     await producer.start()
@@ -218,9 +219,24 @@ def make_table(db: pymysql.connections.Connection[Any],
             sql(db, f"DROP TABLE IF EXISTS `{name}`")
 
 
+def toml(raw: dict[str, Any]) -> str:
+    """Just enough TOML for the test configs: sections of scalars and lists, [[tables]]."""
+    def value(v: Any) -> str:
+        return orjson.dumps(v).decode() if not isinstance(v, dict) else "{ " + ", ".join(
+            f"{k} = {value(x)}" for k, x in v.items()) + " }"
+
+    lines: list[str] = []
+    for section, values in raw.items():
+        for entry in values if section == "tables" else [values]:
+            lines.append(f"[[{section}]]" if section == "tables" else f"[{section}]")
+            lines += [f"{k} = {value(v)}" for k, v in entry.items()]
+    return "\n".join(lines) + "\n"
+
+
 @pytest.fixture
 def make_config(tmp_path: Path) -> Callable[..., Config]:
-    def make(*entries: dict[str, Any], **sections: dict[str, Any]) -> Config:
+    def make(*entries: dict[str, Any], file: Path | None = None,
+             **sections: dict[str, Any]) -> Config:
         raw: dict[str, Any] = {
             "kafka": {"bootstrap_servers": KAFKA, "group_id": unique("it-group"),
                       "dead_letter_topic": unique("it-dlq")},
@@ -231,6 +247,8 @@ def make_config(tmp_path: Path) -> Callable[..., Config]:
         }
         for name, values in sections.items():
             raw[name] = {**raw.get(name, {}), **values}
+        if file is not None:
+            file.write_text(toml(raw))
         return build_config(raw, tmp_path)
 
     return make
@@ -257,9 +275,14 @@ async def running(config: Config) -> AsyncIterator[Daemon]:
 async def documents(es: AsyncElasticsearch, alias: str) -> dict[str, dict[str, Any]]:
     """Every document visible through the read alias (tombstones are filtered out)."""
     await es.indices.refresh(index=f"{alias}-sync")
-    response = await es.search(index=alias, size=10000, query={"match_all": {}},
-                               version=True)
-    return {hit["_id"]: hit["_source"] for hit in response["hits"]["hits"]}
+    return {hit["_id"]: hit["_source"]
+            async for hit in async_scan(es, index=alias, query={"query": {"match_all": {}}},
+                                        size=5000)}
+
+
+async def count(es: AsyncElasticsearch, alias: str) -> int:
+    await es.indices.refresh(index=f"{alias}-sync")
+    return int((await es.count(index=alias))["count"])
 
 
 async def live_index(es: AsyncElasticsearch, alias: str) -> str:
