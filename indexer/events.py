@@ -117,6 +117,10 @@ def field_converter(schema: Mapping[str, Any]) -> Converter | None:
         return values.bits_from_base64_le
     if column_type == "BIGINT UNSIGNED" and schema.get("type") == "int64":
         return values.unsigned_from_signed_long
+    if column_type in ("BOOLEAN", "BOOL") and schema.get("type") == "boolean":
+        # MySQL stores BOOLEAN as TINYINT(1), which is what a row read from MySQL says;
+        # only the DDL text made Debezium call it boolean.
+        return int
     return None
 
 

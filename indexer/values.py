@@ -12,6 +12,7 @@ Representations (what a user sees in ``_source``):
   TIMESTAMP(fsp)     "2024-01-02T03:04:05.123Z" (UTC), fsp fraction digits
   TIME(fsp)          "-838:59:59", "12:34:56.789012"
   BIT(1)             true/false;  BIT(n>1) unsigned integer
+  BOOLEAN            0/1 like any TINYINT(1): MySQL cannot tell them apart
   JSON               the parsed value;  SET  list of members;  ENUM, YEAR  as is
   BLOB/BINARY        base64 string (Elasticsearch's ``binary`` type)
 """
