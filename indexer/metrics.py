@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from indexer.config import ConfigError
+
 BULK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 AGE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 
@@ -39,4 +41,8 @@ class Metrics:
     def serve(self, port: int) -> None:
         """Exposes /metrics on 0.0.0.0:port (0 = off)."""
         if port:
-            start_http_server(port, registry=self.registry)
+            try:
+                start_http_server(port, registry=self.registry)
+            except OSError as exc:
+                raise ConfigError(f"metrics.port: cannot listen on {port}: {exc.strerror}; "
+                                  "set another port or 0 to turn metrics off") from exc

@@ -1,0 +1,75 @@
+"""docker-compose.yml cannot run here; check it stays in step with indexer's defaults."""
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+
+from indexer.config import (
+    DEFAULT_ES_HOSTS,
+    DEFAULT_KAFKA_BOOTSTRAP,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_MYSQL_PORT,
+    DEFAULT_TOPIC_PREFIX,
+    ConnectorSettings,
+    load_config,
+)
+
+REPO = Path(__file__).parents[2]
+
+
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def published(service: str) -> set[int]:
+    return {int(p.split(":")[0]) for p in compose()["services"][service]["ports"]}
+
+
+def test_published_ports_match_the_defaults() -> None:
+    assert published("mysql") == {DEFAULT_MYSQL_PORT}
+    assert published("kafka") == {int(DEFAULT_KAFKA_BOOTSTRAP.rsplit(":", 1)[1])}
+    assert published("elasticsearch") == {urlparse(DEFAULT_ES_HOSTS[0]).port}
+    assert published("connect") == {8083}
+    assert published("indexer") == {DEFAULT_METRICS_PORT}
+
+
+def test_connector_settings_match_what_the_decoder_expects() -> None:
+    docker = json.loads((REPO / "dev/compose/connector-mysql.json").read_text())
+    dev = json.loads((REPO / "dev/stack/connector.json").read_text())
+    defaults = ConnectorSettings()
+    for connector in (docker, dev):
+        assert connector["decimal.handling.mode"] == defaults.decimal_handling_mode
+        assert connector["binary.handling.mode"] == defaults.binary_handling_mode
+        assert connector["bigint.unsigned.handling.mode"] == defaults.bigint_unsigned_handling_mode
+        assert connector["time.precision.mode"] == defaults.time_precision_mode
+        assert connector["column.propagate.source.type"] == ".*"
+        assert connector["tombstones.on.delete"] == "true"
+    assert docker["topic.prefix"] == DEFAULT_TOPIC_PREFIX == defaults.topic_prefix
+    assert dev["topic.prefix"] == "@TOPIC_PREFIX@"
+    assert docker["connector.class"] == "io.debezium.connector.mysql.MySqlConnector"
+    assert "demo" in docker["database.include.list"].split(",")
+    kafka = compose()["services"]["kafka"]["environment"]
+    assert f"//{docker['schema.history.internal.kafka.bootstrap.servers']}" in kafka[
+        "KAFKA_ADVERTISED_LISTENERS"]
+
+
+def test_indexer_service_reaches_the_other_services() -> None:
+    services = compose()["services"]
+    env = services["indexer"]["environment"]
+    config = load_config(REPO / "examples/demo.toml", env)
+    host, port = config.kafka.bootstrap_servers.split(":")
+    assert host in services and f"{host}:{port}" in services["kafka"]["environment"][
+        "KAFKA_ADVERTISED_LISTENERS"]
+    es = urlparse(config.elasticsearch.hosts[0])
+    assert es.hostname in services and es.port == 9200
+    assert config.mysql.host in services
+    assert config.tables[0].topic == f"{DEFAULT_TOPIC_PREFIX}.demo.products"
+    assert (config.elasticsearch.mappings_dir / config.tables[0].mapping).exists()
+    assert services["connect"]["image"].startswith("quay.io/debezium/connect:3")
+    assert services["mysql"]["image"] == "mysql:8.4"
+    assert "--binlog-format=ROW" in services["mysql"]["command"]
