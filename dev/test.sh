@@ -9,7 +9,7 @@ started=$SECONDS
 bin="$(dev/venv.sh)"
 dev/stack.sh up
 echo "[test] stack and venv ready in $((SECONDS - started))s"
-"$bin/ruff" check indexer tests
+"$bin/ruff" check indexer tests bench
 "$bin/mypy"
 "$bin/pytest" -p no:cacheprovider "${@:-tests}"
 echo "[test] done in $((SECONDS - started))s"

@@ -1,0 +1,165 @@
+"""Shared pieces of the benchmarks: the real stack's endpoints, CPU pinning, event synthesis."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pymysql
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+REPO = Path(__file__).parents[1]
+STACK = REPO / ".stack"
+KAFKA = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
+ES = f"http://127.0.0.1:{os.environ.get('ES_PORT', '9200')}"
+MYSQL_PORT = int(os.environ.get("MYSQL_PORT", "3306"))
+DATABASE = "indexer_test"
+# Elasticsearch gets core 0; Kafka, MariaDB and the client side (daemon or raw client) core 1.
+ES_CORE, CLIENT_CORE = "0", "1"
+
+BENCH_COLUMNS = ("id BIGINT PRIMARY KEY, name VARCHAR(40) NOT NULL, price DECIMAL(10,2) NOT NULL, "
+                 "qty INT NOT NULL, updated_at DATETIME(6) NOT NULL")
+BENCH_MAPPING = {
+    "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
+    "mappings": {"properties": {
+        "id": {"type": "long"}, "name": {"type": "keyword"}, "price": {"type": "double"},
+        "qty": {"type": "integer"}, "updated_at": {"type": "date"},
+    }},
+}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def mysql() -> pymysql.connections.Connection[Any]:
+    return pymysql.connect(host="127.0.0.1", port=MYSQL_PORT, user="indexer", password="indexer",
+                           database=DATABASE, autocommit=True)
+
+
+def _pids(server: str) -> list[int]:
+    pid = int((STACK / server / f"{server}.pid").read_text())
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [pid, *map(int, children.split())]
+
+
+def pin(server: str, cpus: str) -> None:
+    """Moves every thread of a running stack server to ``cpus`` (taskset -a)."""
+    for pid in _pids(server):
+        subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True,
+                       stdout=subprocess.DEVNULL)
+
+
+def pin_self(cpus: str) -> None:
+    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+
+
+def pin_protocol() -> None:
+    pin("elasticsearch", ES_CORE)
+    pin("kafka", CLIENT_CORE)
+    pin("mariadb", CLIENT_CORE)
+    pin_self(CLIENT_CORE)
+
+
+def unpin() -> None:
+    for server in ("elasticsearch", "kafka", "mariadb"):
+        pin(server, "0,1")
+    pin_self("0,1")
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def decimal_base64(cents: int) -> str:
+    return base64.b64encode(cents.to_bytes((cents.bit_length() + 8) // 8, "big", signed=True)
+                            ).decode()
+
+
+class Events:
+    """Debezium events in the real connector's format, synthesised from one captured event."""
+
+    def __init__(self, key_template: bytes, value_template: bytes) -> None:
+        key = orjson.loads(key_template)
+        value = orjson.loads(value_template)
+        self.key_schema = orjson.dumps(key["schema"])
+        self.value_schema = orjson.dumps(value["schema"])
+        self.envelope = value["payload"]
+        self.base_micros = 1_760_000_000_000_000
+
+    def row(self, i: int) -> dict[str, Any]:
+        return {"id": i, "name": f"product {i}", "price": decimal_base64(100 + i % 100_000),
+                "qty": i % 1000, "updated_at": self.base_micros + i}
+
+    def document(self, i: int) -> dict[str, Any]:
+        """What indexer must write for event i (the raw client posts exactly this)."""
+        cents = 100 + i % 100_000
+        micros = self.base_micros + i
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(micros // 1_000_000))
+        return {"id": i, "name": f"product {i}", "price": f"{cents // 100}.{cents % 100:02d}",
+                "qty": i % 1000, "updated_at": f"{stamp}.{micros % 1_000_000:06d}"}
+
+    def message(self, i: int, schemas: bool) -> tuple[bytes, bytes]:
+        source = dict(self.envelope["source"], pos=1000 + i * 300, row=0, file="mysql-bin.000001")
+        payload = dict(self.envelope, op="c", before=None, after=self.row(i), source=source)
+        if not schemas:
+            return orjson.dumps({"id": i}), orjson.dumps(payload)
+        return (b'{"schema":' + self.key_schema + b',"payload":' + orjson.dumps({"id": i}) + b"}",
+                b'{"schema":' + self.value_schema + b',"payload":' + orjson.dumps(payload) + b"}")
+
+
+async def capture_template(db: pymysql.connections.Connection[Any]) -> tuple[str, Events]:
+    """Creates a bench table, inserts one row and returns the real Debezium event for it."""
+    table = unique("bench")
+    with db.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{table}` ({BENCH_COLUMNS})")
+        cur.execute(f"INSERT INTO `{table}` VALUES (1, 'x', 1.00, 1, NOW(6))")
+    topic = f"mysql.{DATABASE}.{table}"
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=KAFKA, auto_offset_reset="earliest",
+                                enable_auto_commit=False, metadata_max_age_ms=500)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for record in records:
+                    if record.key is not None and record.value is not None:
+                        return table, Events(record.key, record.value)
+    finally:
+        await consumer.stop()
+    raise RuntimeError(f"no Debezium event for {table} within 60 s; is the connector running?")
+
+
+def chunks(n: int, size: int) -> Iterator[range]:
+    for start in range(0, n, size):
+        yield range(start, min(start + size, n))
+
+
+async def produce_events(topic: str, events: Events, n: int, schemas: bool) -> int:
+    """Pre-loads n events into a one-partition topic; returns their total size in bytes."""
+    producer = AIOKafkaProducer(bootstrap_servers=KAFKA, acks=1, linger_ms=20,
+                                max_batch_size=1 << 20, max_request_size=16 << 20)
+    await producer.start()
+    total = 0
+    try:
+        for part in chunks(n, 20_000):
+            futures = []
+            for i in part:
+                key, value = events.message(i, schemas)
+                total += len(key) + len(value)
+                futures.append(await producer.send(topic, value=value, key=key, partition=0))
+            await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return total

@@ -1,0 +1,189 @@
+"""Daemon throughput against the raw _bulk ceiling of the same Elasticsearch, in one run.
+
+    .venv/bin/python -m bench.daemon --events 1000000
+
+Protocol: Elasticsearch pinned to core 0; Kafka, MariaDB and the client side (the daemon
+process, or the minimal raw client) to core 1. N events in the real connector's format
+(synthesised from an event the running Debezium connector produced) are pre-loaded into a
+one-partition topic, with and without schemas. The ceiling posts the very documents the
+daemon writes, prebuilt as NDJSON, two bulks in flight, before and after the daemon run.
+The daemon (`python -m indexer run`, a child process) is timed from "indexer running" to
+the commit of the last offset. Prints docs/s, the ratio, and the daemon's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiokafka.admin import AIOKafkaAdminClient
+
+from bench.common import (
+    BENCH_MAPPING,
+    CLIENT_CORE,
+    DATABASE,
+    ES,
+    KAFKA,
+    Events,
+    capture_template,
+    chunks,
+    mysql,
+    peak_rss_mb,
+    pin_protocol,
+    produce_events,
+    unique,
+    unpin,
+)
+
+BULK_DOCS = 4000  # the daemon's default batch.max_events
+IN_FLIGHT = 2
+
+
+async def raw_ceiling(events: Events, n: int) -> float:
+    """docs/s of prebuilt NDJSON posted by a minimal aiohttp client, two bulks in flight."""
+    index = unique("bench-raw").lower()
+    bodies = []
+    for part in chunks(n, BULK_DOCS):
+        lines = []
+        for i in part:
+            lines.append(orjson.dumps({"index": {"_index": index, "_id": str(i), "version": i + 1,
+                                                 "version_type": "external"}}))
+            lines.append(orjson.dumps(events.document(i)))
+        bodies.append(b"\n".join(lines) + b"\n")
+    async with aiohttp.ClientSession(base_url=ES) as http:
+        await (await http.put(f"/{index}", json=BENCH_MAPPING)).read()
+        queue = iter(bodies)
+
+        async def worker() -> None:
+            for body in queue:
+                async with http.post("/_bulk?filter_path=errors", data=body,
+                                     headers={"Content-Type": "application/x-ndjson"}) as r:
+                    answer = await r.json()
+                    assert answer == {"errors": False}, answer
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+        elapsed = time.perf_counter() - started
+        await (await http.delete(f"/{index}")).read()
+    return n / elapsed
+
+
+async def committed(group: str, topic: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic)
+
+
+def write_config(folder: Path, table: str, topic: str, schemas: bool) -> tuple[Path, str]:
+    alias = unique("bench-daemon").lower().replace("_", "-")
+    (folder / f"{alias}.json").write_bytes(orjson.dumps(BENCH_MAPPING))
+    group = unique("bench-group")
+    hints = "" if schemas else (
+        'column_types = { price = "decimal(10,2)", updated_at = "datetime(6)" }\n')
+    path = folder / "bench.toml"
+    path.write_text(
+        f'[kafka]\nbootstrap_servers = "{KAFKA}"\ngroup_id = "{group}"\n'
+        f'dead_letter_topic = "{unique("bench-dlq")}"\n'
+        f'[elasticsearch]\nhosts = ["{ES}"]\nmappings_dir = "{folder}"\n'
+        "[metrics]\nport = 0\n"
+        f'[[tables]]\nname = "{DATABASE}.{table}"\ntopic = "{topic}"\nalias = "{alias}"\n'
+        + hints
+    )
+    return path, group
+
+
+async def run_daemon(table: str, topic: str, n: int, schemas: bool) -> tuple[float, float]:
+    """(docs/s, peak RSS in MB) of `indexer run` draining the topic."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config, group = write_config(Path(tmp), table, topic, schemas)
+        proc = await asyncio.create_subprocess_exec(
+            "taskset", "-c", CLIENT_CORE, sys.executable, "-m", "indexer", "run",
+            "--config", str(config), "--log-level", "INFO",
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        assert proc.stderr is not None
+        try:
+            while b"indexer running" not in (line := await proc.stderr.readline()):
+                if not line:
+                    raise RuntimeError("indexer run exited before it started")
+            started = time.perf_counter()
+            drain = asyncio.create_task(_drain(proc.stderr))
+            while await committed(group, topic) < n:  # noqa: ASYNC110 - polls Kafka
+                await asyncio.sleep(0.05)
+            elapsed = time.perf_counter() - started
+            rss = peak_rss_mb(proc.pid)  # taskset execs the daemon: same pid
+            proc.terminate()
+            await proc.wait()
+            errors = await drain
+            if errors:
+                raise RuntimeError("daemon logged errors:\n" + "\n".join(errors[:5]))
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    return n / elapsed, rss
+
+
+async def _drain(stream: asyncio.StreamReader) -> list[str]:
+    errors = []
+    while line := await stream.readline():
+        if b" ERROR " in line:
+            errors.append(line.decode(errors="replace").rstrip())
+    return errors
+
+
+async def main(n: int, modes: list[bool]) -> None:
+    pin_protocol()
+    try:
+        db = mysql()
+        table, events = await capture_template(db)
+        for schemas in modes:
+            topic = unique("bench-events")
+            size = await produce_events(topic, events, n, schemas)
+            before = await raw_ceiling(events, n)
+            rate, rss = await run_daemon(table, topic, n, schemas)
+            after = await raw_ceiling(events, n)
+            ceiling = statistics.mean([before, after])
+            label = "with schemas" if schemas else "without schemas"
+            print(f"{label:>16}: {n} events, {size / n:.0f} B/event | raw _bulk ceiling "
+                  f"{before:,.0f} / {after:,.0f} docs/s | indexer run {rate:,.0f} docs/s | "
+                  f"ratio {rate / ceiling:.2f} | daemon peak RSS {rss:.0f} MB", flush=True)
+            await _delete_topic(topic)
+        with db.cursor() as cur:
+            cur.execute(f"DROP TABLE `{table}`")
+    finally:
+        unpin()
+
+
+async def _delete_topic(topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()
+
+
+def parse(argv: list[str] | None = None) -> Any:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--schemas", choices=["both", "with", "without"], default="both")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    args = parse()
+    modes = {"both": [True, False], "with": [True], "without": [False]}[args.schemas]
+    asyncio.run(main(args.events, modes))
