@@ -12,7 +12,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
@@ -152,7 +152,7 @@ class Daemon:
         for tp, messages in records.items():
             for record in messages:
                 batch.messages.append(self._prepare(record))
-                batch.size += len(record.value or b"") + len(record.key or b"")
+                batch.size += record.serialized_value_size + record.serialized_key_size
             if messages:
                 batch.offsets[tp] = messages[-1].offset + 1
 
@@ -225,25 +225,34 @@ class Daemon:
             self.metrics.dead_lettered.labels(message.table.name, error[0]).inc()
 
     def _count(self, batch: Batch) -> None:
-        m = self.metrics
-        now_ms = time.time() * 1000
+        """Metrics for a written batch, counted locally first: labels() is not cheap."""
+        events: Counter[tuple[str, str]] = Counter()
+        results: Counter[tuple[str, str]] = Counter()
         oldest: dict[str, int] = {}
         newest: dict[str, int] = {}
         for message in batch.messages:
             table = message.table.name
-            m.events.labels(table, message.op_kind or "invalid").inc()
+            events[table, message.op_kind or "invalid"] += 1
             op = message.op
             if op is None:
                 if message.op_kind == "tombstone":
-                    m.skipped.labels(table).inc()
+                    results[table, "skipped"] += 1
                 continue
             if op.outcome is Outcome.WRITTEN:
-                (m.deleted if op.write.deleted else m.indexed).labels(table).inc()
+                results[table, "deleted" if op.write.deleted else "indexed"] += 1
             elif op.outcome is Outcome.STALE:
-                m.stale.labels(table).inc()
+                results[table, "stale"] += 1
             if message.ts_ms:
                 oldest[table] = min(oldest.get(table, message.ts_ms), message.ts_ms)
                 newest[table] = max(newest.get(table, 0), message.ts_ms)
+        m = self.metrics
+        for (table, op_kind), n in events.items():
+            m.events.labels(table, op_kind).inc(n)
+        counters = {"skipped": m.skipped, "deleted": m.deleted, "indexed": m.indexed,
+                    "stale": m.stale}
+        for (table, result), n in results.items():
+            counters[result].labels(table).inc(n)
+        now_ms = time.time() * 1000
         for table, ts in oldest.items():
             m.event_age.labels(table).observe(max(0.0, (now_ms - ts) / 1000))
             m.freshness.labels(table).set(max(0.0, (now_ms - newest[table]) / 1000))

@@ -7,6 +7,7 @@ becomes the same bytes whichever way it arrives.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ class VersionError(DecodeError):
         super().__init__("bad-version", reason)
 
 
+@functools.lru_cache(maxsize=64)
 def binlog_file_number(file: str) -> int:
     match = _BINLOG_NUMBER.search(file)
     if not match:
@@ -112,7 +114,8 @@ def document_id(key: Mapping[str, Any]) -> str:
         text = "|".join(
             id_part(v).replace("\\", "\\\\").replace("|", "\\|") for v in key.values()
         )
-    if len(text.encode()) > MAX_ID_BYTES:
+    # A character takes at most 4 bytes in UTF-8: only long ids need encoding to check.
+    if len(text) * 4 > MAX_ID_BYTES and len(text.encode()) > MAX_ID_BYTES:
         raise DecodeError("invalid-id", f"the primary key is {len(text.encode())} bytes as an "
                           f"id; Elasticsearch allows {MAX_ID_BYTES}")
     if not text:
@@ -120,7 +123,7 @@ def document_id(key: Mapping[str, Any]) -> str:
     return text
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Write:
     """One Elasticsearch write: a document, or a tombstone for a deleted row."""
 
@@ -140,9 +143,9 @@ class DocumentBuilder:
         self._rename = dict(table.rename)
         self._identity = not (self._include or self._exclude or self._rename)
 
-    def document(self, row: Mapping[str, Any]) -> dict[str, Any]:
+    def document(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
         if self._identity:
-            return dict(row)
+            return row
         doc: dict[str, Any] = {}
         for name, value in row.items():
             if (self._include and name not in self._include) or name in self._exclude:

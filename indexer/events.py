@@ -42,7 +42,7 @@ class DecodeError(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Position:
     """Where and when the change was committed in the source database."""
 
@@ -53,7 +53,7 @@ class Position:
     snapshot: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Change:
     op: str
     key: dict[str, Any]
@@ -197,6 +197,48 @@ def hinted_field_schema(column: str, hint: str, connector: ConnectorSettings) ->
     return schema
 
 
+class _Plans:
+    """Parsed schemas keyed by their bytes. The schema of the previous message is checked
+    first, in place (no copy, no hash): it is almost always the same."""
+
+    def __init__(self, row_schema: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self._row_schema = row_schema
+        self._by_schema: dict[bytes, RowPlan] = {}
+        self._last_prefix = b"\x00"  # never a message's start
+        self._last_plan: RowPlan = ()
+
+    def split(self, raw: bytes) -> tuple[int, RowPlan] | None:
+        """(where the payload starts, its plan), or None if this is not the compact
+        ``{"schema":...,"payload":...}`` layout JsonConverter writes.
+
+        An unescaped ``,"payload":`` cannot occur inside the schema's strings, and the schema
+        is a complete JSON object, so the first match after a parsable schema is the split.
+        """
+        if raw.startswith(self._last_prefix):
+            return len(self._last_prefix), self._last_plan
+        if not raw.startswith(SCHEMA_PREFIX):
+            return None
+        split = raw.find(PAYLOAD_MARKER)
+        if split < 0:
+            return None
+        schema = raw[len(SCHEMA_PREFIX):split]
+        plan = self._by_schema.get(schema)
+        if plan is None:
+            try:
+                plan = plan_for(orjson.loads(schema), self._row_schema)
+            except orjson.JSONDecodeError:
+                return None
+            if len(self._by_schema) >= SCHEMA_CACHE_SIZE:
+                self._by_schema.clear()
+            self._by_schema[schema] = plan
+        self._last_prefix = raw[:split + len(PAYLOAD_MARKER)]
+        self._last_plan = plan
+        return len(self._last_prefix), plan
+
+    def __len__(self) -> int:
+        return len(self._by_schema)
+
+
 class EnvelopeDecoder:
     """Decodes one table's topic. Holds only a cache of parsed schemas."""
 
@@ -204,14 +246,14 @@ class EnvelopeDecoder:
         self._schemaless_plan = row_plan(
             {"fields": [hinted_field_schema(c, t, connector) for c, t in column_types.items()]}
         )
-        self._value_plans: dict[bytes, RowPlan] = {}
-        self._key_plans: dict[bytes, RowPlan] = {}
+        self._value_plans = _Plans(_envelope_row_schema)
+        self._key_plans = _Plans(lambda schema: schema)
 
     def decode(self, key: bytes | None, value: bytes | None) -> Change | None:
         """A change, or None for Debezium's tombstone (the null value after a delete)."""
         if value is None:
             return None
-        envelope, plan = self._parse(value, self._value_plans, _envelope_row_schema)
+        envelope, plan = self._parse(value, self._value_plans)
         if not isinstance(envelope, dict):
             raise DecodeError("undecodable", "the value is not a JSON object")
         op = envelope.get("op")
@@ -234,48 +276,32 @@ class EnvelopeDecoder:
         if key is None:
             raise DecodeError("undecodable", "the message has no key (a table without a "
                               "primary key cannot be indexed by id)")
-        payload, plan = self._parse(key, self._key_plans, lambda s: s)
+        payload, plan = self._parse(key, self._key_plans)
         if not isinstance(payload, dict) or not payload:
             raise DecodeError("undecodable", "the key is not a JSON object of key columns")
         return apply_plan(payload, plan)
 
-    def _parse(
-        self,
-        raw: bytes,
-        cache: dict[bytes, RowPlan],
-        row_schema: Callable[[dict[str, Any]], dict[str, Any]],
-    ) -> tuple[Any, RowPlan]:
-        if raw.startswith(SCHEMA_PREFIX):
-            # Fast path: JsonConverter writes {"schema":...,"payload":...} compactly, and an
-            # unescaped ',"payload":' cannot occur inside the schema's strings.
-            split = raw.find(PAYLOAD_MARKER)
-            if split > 0 and raw.endswith(b"}"):
-                schema_bytes = raw[len(SCHEMA_PREFIX):split]
-                plan = cache.get(schema_bytes)
-                try:
-                    if plan is None:
-                        plan = self._plan(orjson.loads(schema_bytes), row_schema)
-                        if len(cache) >= SCHEMA_CACHE_SIZE:
-                            cache.clear()
-                        cache[schema_bytes] = plan
-                    return orjson.loads(raw[split + len(PAYLOAD_MARKER):-1]), plan
-                except orjson.JSONDecodeError:
-                    pass  # not the layout we expected: parse the whole message below
+    def _parse(self, raw: bytes, plans: _Plans) -> tuple[Any, RowPlan]:
+        found = plans.split(raw) if raw.endswith(b"}") else None
+        if found is not None:
+            start, plan = found
+            try:
+                return orjson.loads(memoryview(raw)[start:-1]), plan
+            except orjson.JSONDecodeError:
+                pass  # not the layout we expected: parse the whole message below
         try:
             message = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise DecodeError("undecodable", f"not JSON: {exc}") from exc
         if isinstance(message, dict) and message.keys() == {"schema", "payload"}:
-            return message["payload"], self._plan(message["schema"], row_schema)
+            return message["payload"], plan_for(message["schema"], plans._row_schema)
         return message, self._schemaless_plan
 
-    @staticmethod
-    def _plan(
-        schema: Any, row_schema: Callable[[dict[str, Any]], dict[str, Any]]
-    ) -> RowPlan:
-        if not isinstance(schema, dict):
-            raise DecodeError("undecodable", "the schema is not a JSON object")
-        return row_plan(row_schema(schema))
+
+def plan_for(schema: Any, row_schema: Callable[[dict[str, Any]], dict[str, Any]]) -> RowPlan:
+    if not isinstance(schema, dict):
+        raise DecodeError("undecodable", "the schema is not a JSON object")
+    return row_plan(row_schema(schema))
 
 
 def _envelope_row_schema(envelope_schema: dict[str, Any]) -> dict[str, Any]:
@@ -295,7 +321,7 @@ def _position(envelope: Mapping[str, Any]) -> Position:
             pos=int(source.get("pos") or 0),
             row=int(source.get("row") or 0),
             ts_ms=int(source.get("ts_ms") or envelope.get("ts_ms") or 0),
-            snapshot=str(source.get("snapshot", "false")) not in ("false", "False", "None"),
+            snapshot=source.get("snapshot") not in (None, False, "false"),
         )
     except (TypeError, ValueError) as exc:
         raise DecodeError("undecodable", f"bad source block: {exc}") from exc

@@ -52,7 +52,7 @@ def decimal_from_base64(text: str, scale: int) -> str:
 
 def unscaled_from_base64(text: str) -> int:
     try:
-        raw = base64.b64decode(text, validate=True)
+        raw = binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError, TypeError) as exc:
         raise ValueError(f"not base64 decimal bytes: {text!r}") from exc
     return int.from_bytes(raw, "big", signed=True)
@@ -67,10 +67,9 @@ def date_from_days(days: int) -> str:
 
 
 def format_datetime(value: datetime, fsp: int) -> str:
-    text = value.replace(tzinfo=None).isoformat(timespec="seconds")
-    if fsp > 0:
-        text += "." + f"{value.microsecond:06d}"[:fsp]
-    return text
+    # isoformat's fixed-width "YYYY-MM-DDTHH:MM:SS.ffffff" cut to fsp digits (truncated, as
+    # MySQL stores them); any zone suffix falls off too.
+    return value.isoformat(timespec="microseconds")[: 19 + (fsp + 1 if fsp else 0)]
 
 
 def datetime_from_micros(micros: int, fsp: int) -> str:

@@ -47,7 +47,7 @@ def test_connector_settings_match_what_the_decoder_expects() -> None:
         assert connector["binary.handling.mode"] == defaults.binary_handling_mode
         assert connector["bigint.unsigned.handling.mode"] == defaults.bigint_unsigned_handling_mode
         assert connector["time.precision.mode"] == defaults.time_precision_mode
-        assert connector["column.propagate.source.type"] == ".*"
+        assert "DATETIME" in connector["datatype.propagate.source.type"]
         assert connector["tombstones.on.delete"] == "true"
     assert docker["topic.prefix"] == DEFAULT_TOPIC_PREFIX == defaults.topic_prefix
     assert dev["topic.prefix"] == "@TOPIC_PREFIX@"

@@ -10,7 +10,6 @@ from indexer.sink.elasticsearch import (
     ElasticsearchSink,
     Op,
     Outcome,
-    _Line,
     _Round,
     action_line,
 )
@@ -21,7 +20,7 @@ def sink() -> ElasticsearchSink:
 
 
 def round_of(ops: list[Op], indices: tuple[str, ...] = ("a-v1",)) -> _Round:
-    return _Round(lines=[_Line(op, index) for op in ops for index in indices])
+    return _Round(lines=[(op, index) for op in ops for index in indices])
 
 
 def item(status: int, kind: str = "", reason: str = "") -> dict[str, Any]:
@@ -70,3 +69,9 @@ def test_server_errors_are_retried_a_bounded_number_of_times() -> None:
         assert s._settle(round_of([op]), {"items": [item(500, "x")]}) == [op]
     assert s._settle(round_of([op]), {"items": [item(500, "x")]}) == []
     assert op.outcome is Outcome.FAILED
+
+
+def test_a_clean_bulk_marks_every_op_written_without_reading_items() -> None:
+    batch = ops(3)
+    assert sink()._settle(round_of(batch), {"errors": False, "items": [item(201)] * 3}) == []
+    assert all(op.outcome is Outcome.WRITTEN for op in batch)
