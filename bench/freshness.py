@@ -1,0 +1,122 @@
+"""Freshness: from a row's commit in MariaDB to the document being searchable, through real
+Debezium, Kafka and `indexer run`, under a steady insert load.
+
+    .venv/bin/python -m bench.freshness --rate 500 --seconds 30
+
+Pinning as in bench.daemon (Elasticsearch on core 0; MariaDB, Kafka, Connect and the daemon
+on core 1). A writer thread commits one row per transaction at a steady rate and notes the
+commit time; a poller searches the read alias every 20 ms for rows not seen yet and notes
+when each first shows. The index keeps Elasticsearch's default refresh_interval of 1 s, so
+about half a second of every figure is the refresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from elasticsearch import AsyncElasticsearch
+
+from bench.common import (
+    BENCH_COLUMNS,
+    CLIENT_CORE,
+    DATABASE,
+    ES,
+    mysql,
+    pin,
+    pin_protocol,
+    unique,
+    unpin,
+)
+from bench.daemon import write_config
+
+POLL_S = 0.02
+
+
+def writer(table: str, rate: int, seconds: float, committed: dict[int, float],
+           done: threading.Event) -> None:
+    db = mysql()
+    try:
+        start = time.perf_counter()
+        i = 0
+        with db.cursor() as cur:
+            while time.perf_counter() - start < seconds:
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                i += 1
+                cur.execute(f"INSERT INTO `{table}` VALUES (%s, 'p', 1.00, 1, NOW(6))", (i,))
+                committed[i] = time.time()  # autocommit: the INSERT has committed
+    finally:
+        db.close()
+        done.set()
+
+
+async def measure(rate: int, seconds: float) -> None:
+    db = mysql()
+    table = unique("fresh")
+    with db.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{table}` ({BENCH_COLUMNS})")
+    pin_protocol()
+    pin("connect", CLIENT_CORE)
+    es = AsyncElasticsearch(ES)
+    with tempfile.TemporaryDirectory() as tmp:
+        config, _ = write_config(Path(tmp), table, f"mysql.{DATABASE}.{table}", True)
+        alias = config.read_text().split('alias = "')[1].split('"')[0]
+        proc = await asyncio.create_subprocess_exec(
+            "taskset", "-c", CLIENT_CORE, sys.executable, "-m", "indexer", "run",
+            "--config", str(config), stderr=asyncio.subprocess.PIPE)
+        assert proc.stderr is not None
+        try:
+            while b"indexer running" not in (line := await proc.stderr.readline()):
+                if not line:
+                    raise RuntimeError("indexer run exited before it started")
+            committed: dict[int, float] = {}
+            seen: dict[int, float] = {}
+            done = threading.Event()
+            thread = threading.Thread(target=writer, args=(table, rate, seconds, committed, done))
+            thread.start()
+            deadline = None
+            while deadline is None or time.monotonic() < deadline:
+                if done.is_set() and deadline is None:
+                    deadline = time.monotonic() + 15
+                unseen = [i for i in committed if i not in seen]
+                if done.is_set() and not unseen:
+                    break
+                if unseen:
+                    response = await es.search(
+                        index=alias, size=10000, source=False,
+                        query={"ids": {"values": [str(i) for i in unseen[:10000]]}})
+                    now = time.time()
+                    for hit in response["hits"]["hits"]:
+                        seen.setdefault(int(hit["_id"]), now)
+                await asyncio.sleep(POLL_S)
+            thread.join()
+        finally:
+            proc.terminate()
+            await proc.wait()
+            await es.close()
+            unpin()
+            with db.cursor() as cur:
+                cur.execute(f"DROP TABLE `{table}`")
+    lags = sorted(seen[i] - committed[i] for i in seen)
+    missing = len(committed) - len(seen)
+    p50 = statistics.median(lags)
+    p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
+    print(f"freshness: {len(committed)} rows at {len(committed) / seconds:.0f} rows/s | "
+          f"p50 {p50:.3f} s | p99 {p99:.3f} s | max {lags[-1]:.3f} s | never seen {missing}",
+          flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=int, default=500, help="rows per second")
+    parser.add_argument("--seconds", type=float, default=30)
+    args = parser.parse_args()
+    asyncio.run(measure(args.rate, args.seconds))
