@@ -16,6 +16,7 @@ from rich.console import Console
 from indexer import logs
 from indexer.config import Config, ConfigError, load_config
 from indexer.mappings import MappingError
+from indexer.reindex import ReindexError
 
 app = typer.Typer(help="Keeps Elasticsearch in sync with MySQL/MariaDB via Debezium.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -78,6 +79,47 @@ def check(config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
     if problems:
         raise typer.Exit(1)
     err.print("[green]healthy[/green]")
+
+
+@app.command()
+def reindex(
+    tables: Annotated[list[str] | None, typer.Argument(help="tables to rebuild")] = None,
+    all_tables: Annotated[bool, typer.Option("--all", help="every configured table")] = False,
+    parallel: Annotated[int, typer.Option(min=1, max=32, help="readers over key ranges")] = 1,
+    rollback: Annotated[bool, typer.Option("--rollback", help="point the alias back at the "
+                                           "previous index instead")] = False,
+    delete_old: Annotated[bool, typer.Option("--delete-old", help="delete every index of the "
+                                             "table but the live one")] = False,
+    config: ConfigOption = None,
+    log_level: LogLevel = "WARNING",
+) -> None:
+    """Rebuild tables from MySQL into fresh indices and swap the alias, with no downtime."""
+    from indexer import reindex as rebuild
+    from indexer.progress import reindex_progress
+
+    cfg = _config(config, log_level)
+    if all_tables == bool(tables):
+        err.print("[red]name the tables or pass --all[/red]")
+        raise typer.Exit(EXIT_ERROR)
+    selected = list(cfg.tables) if all_tables else [cfg.table(t) for t in tables or []]
+    for table in selected:
+        if rollback:
+            current, previous = _run(rebuild.rollback(cfg, table))
+            err.print(f"{table.name}: alias {table.alias} -> {previous} (was {current})")
+        elif delete_old:
+            deleted = _run(rebuild.delete_old(cfg, table))
+            err.print(f"{table.name}: deleted {', '.join(deleted) or 'nothing'}")
+        else:
+            with reindex_progress(err, table.name) as progress:
+                result = _run(rebuild.reindex(cfg, table, parallel=parallel, progress=progress))
+            err.print(
+                f"{table.name}: {result.rows:,} rows in {result.seconds:.1f}s "
+                f"({result.rows / max(result.seconds, 1e-9):,.0f}/s) into {result.index}; "
+                f"{result.written:,} written, {result.stale:,} already newer, "
+                f"{result.tombstones:,} tombstones kept; snapshot {', '.join(result.positions)}; "
+                f"alias {table.alias} now -> {result.index}"
+                + (f" (previous: {', '.join(result.replaced)}, kept for --rollback)"
+                   if result.replaced else ""))
 
 
 @mappings_app.command("validate")
@@ -170,7 +212,7 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = "INFO") 
 def _run(coro: Coroutine[object, object, T]) -> T:
     try:
         return asyncio.run(coro)
-    except (ConfigError, MappingError) as exc:
+    except (ConfigError, MappingError, ReindexError, LookupError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_ERROR) from exc
 

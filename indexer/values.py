@@ -39,9 +39,13 @@ def decimal_from_unscaled(unscaled: int, scale: int) -> str:
 
 
 def format_decimal(value: Decimal, scale: int) -> str:
-    sign, digits, exponent = value.quantize(Decimal(1).scaleb(-scale)).as_tuple()
-    assert isinstance(exponent, int)
+    """Exact at any precision (DECIMAL(65,30) exceeds the default decimal context)."""
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):
+        raise ValueError(f"not a finite decimal: {value}")
     unscaled = int("".join(map(str, digits)) or "0")
+    shift = exponent + scale
+    unscaled = unscaled * 10**shift if shift >= 0 else unscaled // 10**-shift
     return decimal_from_unscaled(-unscaled if sign else unscaled, scale)
 
 

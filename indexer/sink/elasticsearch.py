@@ -52,6 +52,7 @@ class Op:
 
     alias: str
     write: Write
+    index: str | None = None  # one concrete index instead of the alias's (reindex, repair)
     outcome: Outcome | None = None
     error_kind: str = ""
     error_reason: str = ""
@@ -137,7 +138,7 @@ class ElasticsearchSink:
                     raise TransientError(f"{len(pending)} items refused for now (429/5xx)")
 
     async def _write_round(self, pending: list[Op]) -> list[Op]:
-        targets = await self.resolve({op.alias for op in pending})
+        targets = await self.resolve({op.alias for op in pending if op.index is None})
         missing = sorted(alias for alias, indices in targets.items() if not indices)
         if missing:
             raise NoTargetError(f"no index behind {', '.join(sync_alias(a) for a in missing)}; "
@@ -146,7 +147,7 @@ class ElasticsearchSink:
         lines, parts = round_.lines, round_.parts
         for op in pending:
             op.attempts += 1
-            for index in targets[op.alias]:
+            for index in targets[op.alias] if op.index is None else (op.index,):
                 lines.append((op, index))
                 parts += (action_line(index, op.write), op.write.source, b"\n")
         started = perf_counter()

@@ -8,6 +8,7 @@ values are always parameters.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -95,14 +96,30 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str,
             (database, table),
         )
         rows = cur.fetchall()
+        json_columns = _json_columns(cur, database, table)
     if not rows:
         raise LookupError(f"table {database}.{table} does not exist")
     layout = TableLayout(database, table, tuple(
-        Column(str(r[0]), str(r[1]).lower(), str(r[2]).lower(), int(r[3]), int(r[4]))
+        Column(str(r[0]), "json" if r[0] in json_columns else str(r[1]).lower(),
+               str(r[2]).lower(), int(r[3]), int(r[4]))
         for r in rows))
     if not layout.key:
         raise LookupError(f"table {database}.{table} has no primary key; documents need one")
     return layout
+
+
+_JSON_VALID = re.compile(r"^json_valid\(`?([^`]+)`?\)$", re.IGNORECASE)
+
+
+def _json_columns(cur: Any, database: str, table: str) -> set[str]:
+    """MariaDB's JSON is LONGTEXT plus a json_valid() check; MySQL's JSON is its own type."""
+    try:
+        cur.execute("SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+                    "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s", (database, table))
+    except pymysql.err.MySQLError:
+        return set()  # MySQL before 8.0.16 has no such table, and no need for it
+    return {m.group(1) for (clause,) in cur.fetchall()
+            if (m := _JSON_VALID.match(str(clause).strip()))}
 
 
 def _zero_safe(convert: Converter) -> Converter:
@@ -198,12 +215,13 @@ class Snapshot:
                                "logging must be on (MariaDB) for binlog versions")
         self.position = SnapshotPosition(str(file), int(pos))
 
-    def rows(self, where: str = "", args: Sequence[Any] = ()) -> Iterator[list[tuple[Row, Row]]]:
+    def rows(self, where: str = "", args: Sequence[Any] = (),
+             page_rows: int = FETCH_ROWS) -> Iterator[list[tuple[Row, Row]]]:
         """Pages of (key, row) in primary-key order, streamed with an unbuffered cursor."""
         reader = RowReader(self.layout)
         with self._conn.cursor(pymysql.cursors.SSCursor) as cur:
             cur.execute(reader.select(where), tuple(args) or None)
-            while page := cur.fetchmany(FETCH_ROWS):
+            while page := cur.fetchmany(page_rows):
                 yield [reader.row(raw) for raw in page]
 
     def key_bounds(self) -> tuple[int, int] | None:
@@ -224,9 +242,15 @@ class Snapshot:
         self._conn.close()
 
 
-def key_range_where(layout: TableLayout, low: int, high: int) -> tuple[str, tuple[int, int]]:
+def key_range_where(layout: TableLayout, low: int | None,
+                    high: int | None) -> tuple[str, tuple[int, ...]]:
+    """A WHERE clause for an integer key range; None leaves that end open."""
     (key,) = layout.key
-    return f"WHERE {_quote(key.name)} BETWEEN %s AND %s", (low, high)
+    name = _quote(key.name)
+    conditions = [f"{name} {op} %s" for op, bound in ((">=", low), ("<=", high))
+                  if bound is not None]
+    args = tuple(bound for bound in (low, high) if bound is not None)
+    return ("WHERE " + " AND ".join(conditions) if conditions else ""), args
 
 
 def fetch_rows(settings: MySQLSettings, layout: TableLayout,

@@ -25,6 +25,10 @@ def test_format_decimal_pads_to_the_column_scale() -> None:
     assert values.format_decimal(Decimal("1.5"), 2) == "1.50"
     assert values.format_decimal(Decimal("-0.00"), 2) == "0.00"
     assert values.format_decimal(Decimal("1E+3"), 1) == "1000.0"
+    big = "99999999999999999999999999999999999." + "9" * 30
+    assert values.format_decimal(Decimal(big), 30) == big
+    assert values.format_decimal(Decimal("-0.000000000000000000000000000001"), 30) == (
+        "-0.000000000000000000000000000001")
 
 
 def test_bad_base64_decimal_raises_value_error() -> None:

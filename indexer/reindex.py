@@ -1,0 +1,273 @@
+"""`indexer reindex`: rebuild a table's index from MySQL while the daemon keeps streaming.
+
+1. Create ``<alias>-v<timestamp>`` (refresh off, no replicas) and add it to the sync alias:
+   from then on the daemon writes every change it consumes into it as well.
+2. Read the table inside ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` (one per parallel
+   reader) and write each row with the daemon's document builder. Under binlog versions
+   every row carries the snapshot's binlog position as its version, so any change committed
+   later (a higher version) wins whichever writer gets there first; under column versions
+   the row's own column decides, as in the stream.
+3. Copy the live index's tombstones (deleted rows keep their delete versions), restore the
+   index settings, refresh, check that every row read was written or found newer, and swap
+   the read alias in one ``_aliases`` request. The old index stays in the sync alias, kept
+   current, for ``--rollback`` until ``--delete-old``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from elasticsearch import AsyncElasticsearch
+from elasticsearch.helpers import async_scan
+
+from indexer.admin import alias_state, create_index, definition_for
+from indexer.config import Config, TableConfig
+from indexer.documents import META_FIELD, DocumentBuilder, Write, pack_binlog_version
+from indexer.mappings import alias_of_index, swap_actions, sync_alias
+from indexer.metrics import Metrics
+from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
+from indexer.source import mysql
+
+log = logging.getLogger(__name__)
+
+# Pages of rows waiting for the writers: bounds memory whatever the table's size.
+QUEUE_PAGES = 4
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+class ReindexError(RuntimeError):
+    pass
+
+
+@dataclass
+class ReindexResult:
+    table: str
+    index: str
+    rows: int = 0
+    written: int = 0
+    stale: int = 0
+    failed: int = 0
+    tombstones: int = 0
+    seconds: float = 0.0
+    replaced: list[str] = field(default_factory=list)
+    positions: list[str] = field(default_factory=list)
+
+
+def _no_progress(phase: str, done: int, total: int) -> None:
+    return None
+
+
+async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
+                  progress: Progress = _no_progress) -> ReindexResult:
+    started = time.monotonic()
+    layout = await asyncio.to_thread(_layout, config, table)
+    definition = definition_for(config, table)
+    metrics = Metrics()
+    async with ElasticsearchSink(config.elasticsearch, metrics,
+                                 max_backoff_s=config.batch.max_backoff_s) as sink:
+        client = sink.client
+        before = await alias_state(client, table.alias)
+        index = await create_index(client, definition, live=False, bulk_load=True)
+        result = ReindexResult(table.name, index)
+        try:
+            estimate = await asyncio.to_thread(mysql.row_count_estimate, config.mysql, layout)
+            progress("load", 0, estimate)
+            await _load(config, table, layout, sink, index, parallel, result, progress)
+            progress("load", result.rows, result.rows)
+            if result.failed:
+                raise ReindexError(f"{result.failed} rows were refused by Elasticsearch "
+                                   "(see the log); the live index is unchanged")
+            if result.written + result.stale != result.rows:
+                raise ReindexError(f"{result.rows} rows read but {result.written} written and "
+                                   f"{result.stale} found newer")
+            progress("tombstones", 0, 0)
+            result.tombstones = await _copy_tombstones(sink, before.live, index, progress)
+            progress("refresh", 0, 1)
+            await client.indices.put_settings(index=index, settings=definition.live_settings())
+            await client.indices.refresh(index=index)
+            progress("refresh", 1, 1)
+            progress("swap", 0, 1)
+            await client.indices.update_aliases(
+                actions=swap_actions(table.alias, index, before.live))
+            result.replaced = before.live
+            progress("swap", 1, 1)
+        except BaseException:
+            await _abandon(client, table.alias, index)
+            raise
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _layout(config: Config, table: TableConfig) -> mysql.TableLayout:
+    conn = mysql.connect(config.mysql, table.database)
+    try:
+        return mysql.table_layout(conn, table.database, table.table)
+    finally:
+        conn.close()
+
+
+async def _load(config: Config, table: TableConfig, layout: mysql.TableLayout,
+                sink: ElasticsearchSink, index: str, parallel: int, result: ReindexResult,
+                progress: Progress) -> None:
+    """Readers (threads, one snapshot each) feed pages through a bounded queue to writers."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[list[Op] | None] = asyncio.Queue(QUEUE_PAGES)
+    builder = DocumentBuilder(table)
+    stop = threading.Event()
+    ranges = await asyncio.to_thread(_ranges, config, layout, parallel)
+
+    def read(where: str, args: tuple[Any, ...]) -> None:
+        snapshot = mysql.Snapshot(config.mysql, layout)
+        try:
+            position = snapshot.position
+            result.positions.append(f"{position.file}:{position.pos}")
+            version = (pack_binlog_version(position.file, position.pos, 0)
+                       if table.version.kind == "binlog" else None)
+            for page in snapshot.rows(where, args, page_rows=config.batch.max_events):
+                if stop.is_set():
+                    return
+                ops = [Op(table.alias, _write(builder, key, row, version), index=index)
+                       for key, row in page]
+                asyncio.run_coroutine_threadsafe(queue.put(ops), loop).result()
+        finally:
+            snapshot.close()
+
+    async def reader(where: str, args: tuple[Any, ...]) -> None:
+        try:
+            await asyncio.to_thread(read, where, args)
+        finally:
+            await queue.put(None)
+
+    async def writer() -> None:
+        while (ops := await queue.get()) is not None:
+            await sink.write(ops)
+            for op in ops:
+                result.rows += 1
+                if op.outcome is Outcome.WRITTEN:
+                    result.written += 1
+                elif op.outcome is Outcome.STALE:
+                    result.stale += 1
+                else:
+                    result.failed += 1
+                    log.error("row %s refused: %s: %s", op.write.id, op.error_kind,
+                              op.error_reason)
+            progress("load", result.rows, 0)
+        await queue.put(None)  # let the other writers see the end too
+
+    readers = [asyncio.create_task(reader(w, a)) for w, a in ranges]
+    writers = [asyncio.create_task(writer()) for _ in range(config.batch.in_flight)]
+    try:
+        await asyncio.gather(*readers)
+        await asyncio.gather(*writers)
+    finally:
+        stop.set()
+        for task in (*readers, *writers):
+            task.cancel()
+        # Readers blocked on a full queue need room to see the stop.
+        while not queue.empty():
+            queue.get_nowait()
+        await asyncio.gather(*readers, *writers, return_exceptions=True)
+
+
+def _write(builder: DocumentBuilder, key: dict[str, Any], row: dict[str, Any],
+           version: int | None) -> Write:
+    return builder.write_for_row(key, row, builder.row_version(row) if version is None
+                                 else version)
+
+
+def _ranges(config: Config, layout: mysql.TableLayout,
+            parallel: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """WHERE clauses splitting an integer key into ``parallel`` ranges; one range otherwise."""
+    if parallel <= 1 or not layout.integer_key:
+        return [("", ())]
+    snapshot = mysql.Snapshot(config.mysql, layout)
+    try:
+        bounds = snapshot.key_bounds()
+    finally:
+        snapshot.close()
+    if bounds is None:
+        return [("", ())]
+    low, high = bounds
+    step = max(1, (high - low + parallel) // parallel)
+    starts = list(range(low, high + 1, step))
+    # Each reader has its own snapshot, which may hold keys beyond [low, high]: the first
+    # and last ranges are open-ended so that no row falls between them.
+    return [mysql.key_range_where(layout, None if i == 0 else start,
+                                  None if i == len(starts) - 1 else start + step - 1)
+            for i, start in enumerate(starts)]
+
+
+async def _copy_tombstones(sink: ElasticsearchSink, live: list[str], index: str,
+                           progress: Progress) -> int:
+    """Deleted rows keep their delete versions in the new index, so a stale event replayed
+    later cannot bring them back."""
+    copied = 0
+    batch: list[Op] = []
+    for old in live:
+        async for hit in async_scan(sink.client, index=old, version=True,
+                                    query={"query": {"term": {f"{META_FIELD}.deleted": True}}}):
+            alias = alias_of_index(old) or old
+            batch.append(Op(alias, Write(hit["_id"], hit["_version"],
+                                         orjson.dumps(hit["_source"]), True), index=index))
+            if len(batch) >= 2000:
+                await sink.write(batch)
+                copied += len(batch)
+                batch = []
+                progress("tombstones", copied, 0)
+    if batch:
+        await sink.write(batch)
+        copied += len(batch)
+    return copied
+
+
+async def _abandon(client: AsyncElasticsearch, alias: str, index: str) -> None:
+    """Leaves the live alias untouched; the half-built index stops receiving changes and is
+    left, named, for inspection or ``--delete-old``."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(client.indices.update_aliases(
+            actions=[{"remove": {"index": index, "alias": sync_alias(alias)}}]))
+    log.error("reindex abandoned: %s is half-built and no longer receives changes; the live "
+              "alias %s is unchanged (remove it with `indexer reindex --delete-old`)",
+              index, alias)
+
+
+async def rollback(config: Config, table: TableConfig) -> tuple[str, str]:
+    """Points the read alias back at the newest older index (kept current by the daemon)."""
+    async with ElasticsearchSink(config.elasticsearch, Metrics(), max_backoff_s=1) as sink:
+        state = await alias_state(sink.client, table.alias)
+        if len(state.live) != 1:
+            raise ReindexError(f"alias {table.alias} points at {state.live}; expected one index")
+        (current,) = state.live
+        older = sorted(i for i in state.synced if i < current)
+        if not older:
+            raise ReindexError(f"no older index behind {sync_alias(table.alias)} to roll back to")
+        previous = older[-1]
+        await sink.client.indices.update_aliases(actions=swap_actions(table.alias, previous,
+                                                                      [current]))
+        return current, previous
+
+
+async def delete_old(config: Config, table: TableConfig) -> list[str]:
+    """Deletes every index of the table except the live one."""
+    async with ElasticsearchSink(config.elasticsearch, Metrics(), max_backoff_s=1) as sink:
+        client = sink.client
+        state = await alias_state(client, table.alias)
+        if not state.live:
+            raise ReindexError(f"alias {table.alias} points at no index; nothing is deleted")
+        found = await client.indices.get(index=f"{table.alias}-v*", expand_wildcards="all")
+        doomed = sorted(i for i in found.body if alias_of_index(i) == table.alias
+                        and i not in state.live)
+        for index in doomed:
+            await client.indices.delete(index=index)
+        return doomed
+
+

@@ -1,0 +1,157 @@
+"""`indexer reindex` on the real stack, with the daemon streaming and a writer busy."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from typing import Any
+
+from elasticsearch import AsyncElasticsearch
+
+from indexer.config import ConnectorSettings
+from indexer.documents import DocumentBuilder
+from indexer.events import EnvelopeDecoder
+from indexer.mappings import sync_alias
+from indexer.reindex import delete_old, reindex, rollback
+from indexer.source import mysql
+from tests.integration.conftest import (
+    all_events,
+    documents,
+    live_index,
+    mysql_connect,
+    running,
+    sql,
+    wait_for_documents,
+    wait_for_topic,
+)
+from tests.integration.test_daemon import COLUMNS, expected_rows
+from tests.integration.test_failures import insert_rows
+from tests.integration.test_types import COLUMNS as TYPE_COLUMNS
+from tests.integration.test_types import MAPPING as TYPE_MAPPING
+from tests.integration.test_types import insert_every_type
+
+
+def busy_writer(table: str, stop: threading.Event, first_new_id: int, seed: int) -> int:
+    """Inserts, updates and deletes rows until stopped; returns how many changes it made."""
+    rng = random.Random(seed)
+    db = mysql_connect()
+    changes = 0
+    next_id = first_new_id
+    try:
+        while not stop.is_set():
+            action = rng.random()
+            if action < 0.4:
+                sql(db, f"INSERT INTO `{table}` VALUES (%s, 'new', 1.00, 1)", next_id)
+                next_id += 1
+            elif action < 0.8:
+                sql(db, f"UPDATE `{table}` SET qty = qty + 1, name = %s WHERE id = %s",
+                    f"u{changes}", rng.randint(1, next_id))
+            else:
+                sql(db, f"DELETE FROM `{table}` WHERE id = %s", rng.randint(1, next_id))
+            changes += 1
+    finally:
+        db.close()
+    return changes
+
+
+async def test_reindex_while_writing_and_streaming_ends_equal_to_mysql(
+        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 30000)
+    await wait_for_topic(table.topic)
+    config = make_config(table.entry())
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
+        old = await live_index(es, table.alias)
+        stop = threading.Event()
+        writer = asyncio.create_task(asyncio.to_thread(busy_writer, table.name, stop, 30001, 1))
+        await asyncio.sleep(0.5)
+        result = await reindex(config, config.tables[0], parallel=2)
+        await asyncio.sleep(1)
+        stop.set()
+        changes = await writer
+        assert changes > 50
+        assert result.rows >= 30000 * 0.9
+        assert result.written + result.stale == result.rows
+        assert len(result.positions) == 2
+        assert result.replaced == [old]
+        new = await live_index(es, table.alias)
+        assert new == result.index != old
+        synced = (await es.indices.get_alias(name=sync_alias(table.alias))).body
+        assert set(synced) == {old, new}
+        # Every document equals MySQL, in both indices (the old one is kept current).
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
+        settings = (await es.indices.get_settings(index=new)).body[new]["settings"]["index"]
+        assert settings.get("refresh_interval", "1s") != "-1"
+
+
+async def test_rollback_and_delete_old(db: Any, es: AsyncElasticsearch, make_table: Any,
+                                       make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 200)
+    await wait_for_topic(table.topic)
+    config = make_config(table.entry())
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        old = await live_index(es, table.alias)
+        result = await reindex(config, config.tables[0])
+        assert await live_index(es, table.alias) == result.index
+        sql(db, f"UPDATE `{table.name}` SET name = 'after the swap' WHERE id = 7")
+        sql(db, f"DELETE FROM `{table.name}` WHERE id = 8")
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        current, previous = await rollback(config, config.tables[0])
+        assert (current, previous) == (result.index, old)
+        assert await live_index(es, table.alias) == old
+        # The old index was kept current while it was not live.
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    deleted = await delete_old(config, config.tables[0])
+    assert deleted == [result.index]
+    assert not await es.indices.exists(index=result.index)
+    assert await live_index(es, table.alias) == old
+
+
+async def test_reindex_and_stream_build_identical_documents_for_every_type(
+        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+    table = make_table(TYPE_COLUMNS, TYPE_MAPPING)
+    insert_every_type(db, table.name)
+    config = make_config(table.entry())
+    events = await all_events(db, table)
+    # Byte for byte: the daemon's document from each event, the reindex's from each row.
+    decoder = EnvelopeDecoder(ConnectorSettings(), {})
+    builder = DocumentBuilder(config.tables[0])
+    streamed = {}
+    for record in events:
+        change = decoder.decode(record.key, record.value)
+        if change is not None and change.op != "d":
+            write = builder.write_for_change(change)
+            streamed[write.id] = write.source
+    conn = mysql.connect(config.mysql, "indexer_test")
+    layout = mysql.table_layout(conn, "indexer_test", table.name)
+    conn.close()
+    snapshot = mysql.Snapshot(config.mysql, layout)
+    try:
+        reindexed = {builder.write_for_row(key, row, 1).id: builder.write_for_row(key, row, 1)
+                     .source for page in snapshot.rows() for key, row in page}
+    finally:
+        snapshot.close()
+    assert reindexed == streamed
+    assert len(streamed) == 3
+    # And in Elasticsearch: the stream-built index and the reindex-built one hold the same.
+    async with running(config):
+        await wait_until_three(es, table.alias)
+        streamed_docs = await documents(es, table.alias)
+        result = await reindex(config, config.tables[0])
+        assert result.stale == 0 and result.written == 3
+        assert await documents(es, table.alias) == streamed_docs
+
+
+async def wait_until_three(es: AsyncElasticsearch, alias: str) -> None:
+    for _ in range(300):
+        try:
+            if len(await documents(es, alias)) == 3:
+                return
+        except Exception:
+            pass
+        await asyncio.sleep(0.2)
+    raise AssertionError("the three rows never arrived")
