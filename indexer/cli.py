@@ -119,7 +119,7 @@ def reindex(
                 f"{result.tombstones:,} tombstones kept; snapshot {', '.join(result.positions)}; "
                 f"alias {table.alias} now -> {result.index}"
                 + (f" (previous: {', '.join(result.replaced)}, kept for --rollback)"
-                   if result.replaced else ""))
+                   if result.replaced else ""), soft_wrap=True)
 
 
 @mappings_app.command("validate")

@@ -1,0 +1,123 @@
+"""Reindex throughput against the raw _bulk ceiling of the same documents, in one run.
+
+    .venv/bin/python -m bench.reindex --rows 1000000 --parallel 1
+
+Protocol: Elasticsearch pinned to core 0; MariaDB and the client side (`indexer reindex` as a
+child process, or the minimal raw client) to core 1. The table is generated inside MariaDB
+from its sequence engine, in a database Debezium does not capture and with the binlog off for
+the load. The ceiling posts the same documents as prebuilt NDJSON (at most 2M of them: it is
+a rate), two bulks in flight, before and after. Prints rows/s, the ratio and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from bench.common import (
+    BENCH_COLUMNS,
+    BENCH_MAPPING,
+    CLIENT_CORE,
+    ES,
+    Events,
+    mysql,
+    peak_rss_mb,
+    pin_protocol,
+    unique,
+    unpin,
+)
+from bench.daemon import raw_ceiling
+
+BENCH_DATABASE = "indexer_bench"  # not in the connector's database.include.list
+CEILING_DOCS = 2_000_000
+BASE = "2025-10-09 08:53:20"  # Events.base_micros, so the documents match the ceiling's
+
+
+def create_table(rows: int) -> str:
+    table = unique("reindex")
+    db = mysql()
+    try:
+        with db.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {BENCH_DATABASE}")
+            cur.execute(f"CREATE TABLE {BENCH_DATABASE}.`{table}` ({BENCH_COLUMNS})")
+            cur.execute("SET SESSION sql_log_bin = 0")
+            for start in range(1, rows + 1, 1_000_000):
+                end = min(start + 999_999, rows)
+                cur.execute(
+                    f"INSERT INTO {BENCH_DATABASE}.`{table}` SELECT seq, CONCAT('product ', seq),"
+                    " (100 + seq MOD 100000) / 100, seq MOD 1000,"
+                    f" TIMESTAMPADD(MICROSECOND, seq, '{BASE}') FROM seq_{start}_to_{end}")
+    finally:
+        db.close()
+    return table
+
+
+async def run_reindex(table: str, parallel: int) -> tuple[float, float, str]:
+    """(seconds, peak RSS MB, summary line) of `indexer reindex` in a child process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        alias = unique("bench-reindex").lower().replace("_", "-")
+        (folder / f"{alias}.json").write_bytes(orjson.dumps(BENCH_MAPPING))
+        config = folder / "bench.toml"
+        config.write_text(
+            f'[elasticsearch]\nhosts = ["{ES}"]\nmappings_dir = "{folder}"\n'
+            "[metrics]\nport = 0\n"
+            f'[[tables]]\nname = "{BENCH_DATABASE}.{table}"\nalias = "{alias}"\n')
+        output = folder / "reindex.log"
+        started = time.perf_counter()
+        with output.open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                "taskset", "-c", CLIENT_CORE, sys.executable, "-m", "indexer", "reindex", table,
+                "--parallel", str(parallel), "--config", str(config), stdout=log, stderr=log)
+            rss = 0.0
+            while proc.returncode is None:
+                with contextlib.suppress(FileNotFoundError):
+                    rss = max(rss, peak_rss_mb(proc.pid))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 0.5)
+        elapsed = time.perf_counter() - started
+        text = output.read_text(errors="replace")
+        if proc.returncode != 0:
+            raise RuntimeError(f"indexer reindex failed:\n{text[-3000:]}")
+        summary = next((line for line in text.splitlines() if "rows in" in line), "")
+    return elapsed, rss, summary.strip()
+
+
+async def main(rows: int, parallel: int) -> None:
+    table = create_table(rows)
+    pin_protocol()
+    try:
+        events = Events(b'{"schema":{},"payload":{"id":1}}',
+                        b'{"schema":{},"payload":{"source":{}}}')
+        n = min(rows, CEILING_DOCS)
+        before = await raw_ceiling(events, n)
+        seconds, rss, summary = await run_reindex(table, parallel)
+        after = await raw_ceiling(events, n)
+        rate = rows / seconds
+        ceiling = statistics.mean([before, after])
+        print(f"reindex {rows:,} rows, --parallel {parallel} | raw _bulk ceiling {before:,.0f} / "
+              f"{after:,.0f} docs/s | indexer reindex {rate:,.0f} rows/s (whole command) | "
+              f"ratio {rate / ceiling:.2f} | peak RSS {rss:.0f} MB", flush=True)
+        print(f"  {summary}")
+    finally:
+        unpin()
+        db = mysql()
+        with db.cursor() as cur:
+            cur.execute(f"DROP TABLE {BENCH_DATABASE}.`{table}`")
+        db.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--parallel", type=int, default=1)
+    args = parser.parse_args()
+    asyncio.run(main(args.rows, args.parallel))
