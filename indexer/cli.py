@@ -34,7 +34,8 @@ err = Console(stderr=True)
 
 T = TypeVar("T")
 GC_THRESHOLD = 50_000
-EXIT_ERROR = 2  # configuration or runtime error (1 is left to "unhealthy"/"drift")
+EXIT_DRIFT = 1  # `reconcile` found differences (`check`: unhealthy)
+EXIT_ERROR = 2  # configuration or runtime error
 
 
 def _config(path: Path | None, level: str) -> Config:
@@ -77,7 +78,7 @@ def check(config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
     for problem in problems:
         err.print(f"[red]unhealthy:[/red] {problem}")
     if problems:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_DRIFT)
     err.print("[green]healthy[/green]")
 
 
@@ -120,6 +121,50 @@ def reindex(
                 f"alias {table.alias} now -> {result.index}"
                 + (f" (previous: {', '.join(result.replaced)}, kept for --rollback)"
                    if result.replaced else ""), soft_wrap=True)
+
+
+@app.command()
+def reconcile(
+    tables: Annotated[list[str] | None, typer.Argument(help="tables to check")] = None,
+    all_tables: Annotated[bool, typer.Option("--all", help="every configured table")] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="fix what differs")] = False,
+    output_format: Annotated[str, typer.Option("--format", help="text, json or html")] = "text",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="write the report "
+                                                "here instead of stdout")] = None,
+    settle: Annotated[float, typer.Option(help="seconds to wait before re-checking rows that "
+                                          "differ (live writes)")] = 2.0,
+    config: ConfigOption = None,
+    log_level: LogLevel = "WARNING",
+) -> None:
+    """Compare MySQL with the index: exit 0 when they match, 1 on drift, 2 on errors."""
+    import orjson
+
+    from indexer import reconcile as checker
+    from indexer.progress import reindex_progress
+    from indexer.report import html, terminal
+
+    cfg = _config(config, log_level)
+    if all_tables == bool(tables) or output_format not in ("text", "json", "html"):
+        err.print("[red]name the tables or pass --all; --format is text, json or html[/red]")
+        raise typer.Exit(EXIT_ERROR)
+    selected = list(cfg.tables) if all_tables else [cfg.table(t) for t in tables or []]
+    reports = []
+    for table in selected:
+        with reindex_progress(err, table.name) as progress:
+            reports.append(_run(checker.reconcile(cfg, table, repair=repair, settle_s=settle,
+                                                  progress=progress)))
+    if output_format == "text":
+        terminal.render(Console(file=output.open("w")) if output else Console(), reports)
+    else:
+        text = (orjson.dumps({"tables": [r.as_json() for r in reports]},
+                             option=orjson.OPT_INDENT_2).decode()
+                if output_format == "json" else html.render(reports))
+        if output:
+            output.write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text + "\n")
+    if not all(r.clean for r in reports):
+        raise typer.Exit(EXIT_DRIFT)
 
 
 @mappings_app.command("validate")
@@ -214,6 +259,9 @@ def _run(coro: Coroutine[object, object, T]) -> T:
         return asyncio.run(coro)
     except (ConfigError, MappingError, ReindexError, LookupError) as exc:
         err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_ERROR) from exc
+    except Exception as exc:  # exit 1 means drift/unhealthy: errors must not look like it
+        err.print(f"[red]error:[/red] {type(exc).__name__}: {exc}")
         raise typer.Exit(EXIT_ERROR) from exc
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +33,11 @@ FILE_BITS, POS_BITS, ROW_BITS = 19, 32, 12
 MAX_FILE, MAX_POS, MAX_ROW = (1 << FILE_BITS) - 1, (1 << POS_BITS) - 1, (1 << ROW_BITS) - 1
 # Elasticsearch versions are positive signed longs.
 MAX_VERSION = (1 << 63) - 1
+MIN_LONG = -(1 << 63)
+# Documents of tables without a single integer key are grouped by crc32(id) % KEY_BUCKETS.
+KEY_BUCKETS = 1024
+HASH_NULL = "\\N"
+HASH_FLOAT = "~"
 
 _BINLOG_NUMBER = re.compile(r"\.(\d+)$")
 
@@ -143,18 +149,34 @@ class DocumentBuilder:
         self._rename = dict(table.rename)
         self._identity = not (self._include or self._exclude or self._rename)
 
+    def includes(self, column: str) -> bool:
+        return not ((self._include and column not in self._include) or column in self._exclude)
+
     def document(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
         if self._identity:
             return row
         doc: dict[str, Any] = {}
         for name, value in row.items():
-            if (self._include and name not in self._include) or name in self._exclude:
-                continue
-            doc[self._rename.get(name, name)] = value
+            if self.includes(name):
+                doc[self._rename.get(name, name)] = value
         return doc
 
-    def body(self, row: Mapping[str, Any]) -> bytes:
-        return orjson.dumps(self.document(row))
+    def body(self, key: Mapping[str, Any], doc_id: str, row: Mapping[str, Any]) -> bytes:
+        """The document, plus ``_indexer``: its content hash and chunk for reconciliation."""
+        document = self.document(row)
+        doc = orjson.dumps(document)
+        meta = {"hash": content_hash(document)}
+        if len(key) == 1:
+            (value,) = key.values()
+            if type(value) is int and MIN_LONG <= value <= MAX_VERSION:
+                meta["key"] = value
+            else:
+                meta["bucket"] = key_bucket(doc_id)
+        else:
+            meta["bucket"] = key_bucket(doc_id)
+        # Spliced rather than merged: the row may be the decoder's own dict, left untouched.
+        tail = b'"' + META_FIELD.encode() + b'":' + orjson.dumps(meta) + b"}"
+        return doc[:-1] + (b"," if len(doc) > 2 else b"") + tail
 
     def row_version(self, row: Mapping[str, Any]) -> int:
         """A column version read straight from the row (reindex and reconcile)."""
@@ -169,10 +191,11 @@ class DocumentBuilder:
             return Write(doc_id, version, tombstone(change.position.ts_ms), deleted=True)
         assert change.after is not None
         version = self._change_version(change, change.after, deleted=False)
-        return Write(doc_id, version, self.body(change.after), deleted=False)
+        return Write(doc_id, version, self.body(change.key, doc_id, change.after), deleted=False)
 
     def write_for_row(self, key: Mapping[str, Any], row: Mapping[str, Any], version: int) -> Write:
-        return Write(document_id(key), version, self.body(row), deleted=False)
+        doc_id = document_id(key)
+        return Write(doc_id, version, self.body(key, doc_id, row), deleted=False)
 
     def _change_version(self, change: Change, row: Mapping[str, Any], *, deleted: bool) -> int:
         if self._version.kind == "binlog":
@@ -181,6 +204,34 @@ class DocumentBuilder:
         version = self.row_version(row)
         # A delete leaves the version column as it was: it must outrank the row it removes.
         return version + 1 if deleted else version
+
+
+def hash_text(value: Any) -> str:
+    """A value as the text the reconciliation's SQL computes for the same column.
+
+    Floats are left out of the content (both sides write a mark instead): MySQL's and
+    Python's shortest float texts do not always agree.
+    """
+    if value is None:
+        return HASH_NULL
+    if value is True or value is False:
+        return "1" if value else "0"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return HASH_FLOAT
+    return orjson.dumps(value).decode()  # SET members and JSON values
+
+
+def content_hash(doc: Mapping[str, Any]) -> int:
+    """CRC32 of the '#'-joined values, like pt-table-checksum's per-row checksum."""
+    return zlib.crc32("#".join(map(hash_text, doc.values())).encode())
+
+
+def key_bucket(doc_id: str) -> int:
+    return zlib.crc32(doc_id.encode()) % KEY_BUCKETS
 
 
 def tombstone(deleted_at_ms: int) -> bytes:

@@ -37,6 +37,9 @@ META_MAPPING: dict[str, Any] = {
     "properties": {
         "deleted": {"type": "boolean"},
         "deleted_at": {"type": "date", "format": "epoch_millis"},
+        "hash": {"type": "long"},
+        "key": {"type": "long"},
+        "bucket": {"type": "integer"},
     }
 }
 # Searches through the read alias skip tombstones.

@@ -52,7 +52,9 @@ class Op:
 
     alias: str
     write: Write
-    index: str | None = None  # one concrete index instead of the alias's (reindex, repair)
+    index: str | None = None  # one concrete index instead of the alias's (reindex)
+    # "external_gte" only for repairs under column versions, where an equal version must win.
+    version_type: str = "external"
     outcome: Outcome | None = None
     error_kind: str = ""
     error_reason: str = ""
@@ -149,7 +151,7 @@ class ElasticsearchSink:
             op.attempts += 1
             for index in targets[op.alias] if op.index is None else (op.index,):
                 lines.append((op, index))
-                parts += (action_line(index, op.write), op.write.source, b"\n")
+                parts += (action_line(index, op.write, op.version_type), op.write.source, b"\n")
         started = perf_counter()
         try:
             response = await self.client.bulk(operations=b"".join(parts),  # type: ignore[arg-type]
@@ -207,10 +209,10 @@ class ElasticsearchSink:
                     state.attempt_number, state.upcoming_sleep)
 
 
-def action_line(index: str, write: Write) -> bytes:
+def action_line(index: str, write: Write, version_type: str = "external") -> bytes:
     # Formatted by hand: this runs once per document and orjson on a nested dict costs more.
-    return b'{"index":{"_index":%b,"_id":%b,"version":%d,"version_type":"external"}}\n' % (
-        orjson.dumps(index), orjson.dumps(write.id), write.version)
+    return b'{"index":{"_index":%b,"_id":%b,"version":%d,"version_type":"%b"}}\n' % (
+        orjson.dumps(index), orjson.dumps(write.id), write.version, version_type.encode())
 
 
 def connect(settings: ElasticsearchSettings) -> AsyncElasticsearch:

@@ -224,6 +224,22 @@ class Snapshot:
             while page := cur.fetchmany(page_rows):
                 yield [reader.row(raw) for raw in page]
 
+    def rows_for_ids(self, ids: Sequence[str]) -> list[tuple[Row, Row]]:
+        """The rows behind these document ids, inside the snapshot (absent ids are skipped)."""
+        found: list[tuple[Row, Row]] = []
+        for start in range(0, len(ids), 1000):
+            part = list(ids[start:start + 1000])
+            marks = ", ".join(["%s"] * len(part))
+            if self.layout.integer_key:
+                where = f"WHERE {_quote(self.layout.key[0].name)} IN ({marks})"
+                args: list[Any] = [int(i) for i in part]
+            else:  # no index on the expression: a scan, fine for the few rows repaired
+                where = f"WHERE {id_sql(self.layout)} IN ({marks})"
+                args = part
+            for page in self.rows(where, args):
+                found += page
+        return found
+
     def key_bounds(self) -> tuple[int, int] | None:
         """(min, max) of an integer primary key, inside the snapshot."""
         (key,) = self.layout.key
@@ -285,3 +301,116 @@ def row_count_estimate(settings: MySQLSettings, layout: TableLayout) -> int:
         conn.close()
 
 
+
+
+# --- reconciliation: the server computes per-row texts and checksums -----------------------
+
+_FLOATS = ("float", "double", "real")
+_BINARIES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
+
+
+def text_sql(column: Column) -> str:
+    """SQL giving the column as the text :func:`indexer.documents.hash_text` gives its
+    canonical value (NULL for NULL)."""
+    c, t = _quote(column.name), column.data_type
+    if t in _FLOATS:
+        return f"IF({c} IS NULL, NULL, '~')"
+    if t == "date":
+        return f"IF(YEAR({c}) = 0, NULL, CAST({c} AS CHAR))"
+    if t == "datetime":
+        return f"IF(YEAR({c}) = 0, NULL, REPLACE(CAST({c} AS CHAR), ' ', 'T'))"
+    if t == "timestamp":
+        return f"IF(YEAR({c}) = 0, NULL, CONCAT(REPLACE(CAST({c} AS CHAR), ' ', 'T'), 'Z'))"
+    if t == "json":
+        return f"JSON_COMPACT({c})"
+    if t == "set":
+        return f"IF({c} = '', '[]', CONCAT('[\"', REPLACE({c}, ',', '\",\"'), '\"]'))"
+    if t in _BINARIES:
+        return f"REPLACE(TO_BASE64({c}), '\\n', '')"
+    if t == "bit":
+        return f"CAST({c} AS UNSIGNED)"
+    if t in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"):
+        return c
+    return f"CAST({c} AS CHAR)"
+
+
+def hash_sql(columns: Sequence[Column]) -> str:
+    """CRC32 of the '#'-joined texts, NULL as \\N: the SQL twin of documents.content_hash."""
+    parts = ", ".join(f"COALESCE({text_sql(c)}, '\\\\N')" for c in columns)
+    return f"CRC32(CONCAT_WS('#', {parts}))"
+
+
+def id_sql(layout: TableLayout) -> str:
+    """The document id (documents.document_id) computed by the server."""
+    key = layout.key
+    if len(key) == 1:
+        return text_sql(key[0])
+    escaped = [f"REPLACE(REPLACE({text_sql(c)}, '\\\\', '\\\\\\\\'), '|', '\\\\|')" for c in key]
+    return f"CONCAT_WS('|', {', '.join(escaped)})"
+
+
+@dataclass(frozen=True)
+class ChunkSum:
+    chunk: int
+    rows: int
+    hash_sum: int
+
+
+def chunk_sums(settings: MySQLSettings, layout: TableLayout, columns: Sequence[Column],
+               width: int) -> dict[int, ChunkSum]:
+    """Per chunk of ``width`` key values (integer keys) or per id bucket: count and hash sum,
+    in one scan inside the server."""
+    chunk = _chunk_sql(layout, width)
+    conn = connect(settings, layout.database)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {chunk} AS chunk, COUNT(*), SUM({hash_sql(columns)}) "
+                        f"FROM {layout.qualified} GROUP BY chunk")
+            return {int(c): ChunkSum(int(c), int(n), int(h)) for c, n, h in cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def _chunk_sql(layout: TableLayout, width: int) -> str:
+    from indexer.documents import KEY_BUCKETS
+
+    if layout.integer_key:
+        return f"FLOOR({_quote(layout.key[0].name)} / {int(width)})"
+    return f"CRC32({id_sql(layout)}) % {KEY_BUCKETS}"
+
+
+def chunk_rows(settings: MySQLSettings, layout: TableLayout, columns: Sequence[Column],
+               width: int, chunks: Sequence[int]) -> dict[str, int]:
+    """id -> row hash for every row in these chunks."""
+    if not chunks:
+        return {}
+    if layout.integer_key:
+        key = _quote(layout.key[0].name)
+        where = " OR ".join(f"({key} >= %s AND {key} < %s)" for _ in chunks)
+        args: list[int] = []
+        for c in chunks:
+            args += [c * width, (c + 1) * width]
+    else:
+        where = f"{_chunk_sql(layout, width)} IN ({', '.join(['%s'] * len(chunks))})"
+        args = list(chunks)
+    conn = connect(settings, layout.database)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {id_sql(layout)}, {hash_sql(columns)} FROM {layout.qualified} "
+                        f"WHERE {where}", args)
+            return {str(i): int(h) for i, h in cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def key_range(settings: MySQLSettings, layout: TableLayout) -> tuple[int, int, int] | None:
+    """(min key, max key, rows) of an integer-keyed table."""
+    key = _quote(layout.key[0].name)
+    conn = connect(settings, layout.database)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT MIN({key}), MAX({key}), COUNT(*) FROM {layout.qualified}")
+            low, high, rows = cur.fetchone() or (None, None, 0)
+    finally:
+        conn.close()
+    return None if low is None or high is None else (int(low), int(high), int(rows))

@@ -273,11 +273,17 @@ async def running(config: Config) -> AsyncIterator[Daemon]:
 
 
 async def documents(es: AsyncElasticsearch, alias: str) -> dict[str, dict[str, Any]]:
-    """Every document visible through the read alias (tombstones are filtered out)."""
+    """Every document visible through the read alias (tombstones are filtered out), without
+    the indexer's own ``_indexer`` field."""
     await es.indices.refresh(index=f"{alias}-sync")
-    return {hit["_id"]: hit["_source"]
+    return {hit["_id"]: _without_meta(hit["_source"])
             async for hit in async_scan(es, index=alias, query={"query": {"match_all": {}}},
                                         size=5000)}
+
+
+def _without_meta(source: dict[str, Any]) -> dict[str, Any]:
+    source.pop("_indexer", None)
+    return source
 
 
 async def count(es: AsyncElasticsearch, alias: str) -> int:

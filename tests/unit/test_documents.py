@@ -3,12 +3,16 @@ import pytest
 
 from indexer.config import TableConfig, VersionSource
 from indexer.documents import (
+    KEY_BUCKETS,
     MAX_FILE,
     MAX_ROW,
     DocumentBuilder,
     VersionError,
     column_version,
+    content_hash,
     document_id,
+    hash_text,
+    key_bucket,
     pack_binlog_version,
     unpack_binlog_version,
 )
@@ -71,7 +75,8 @@ def test_insert_update_and_delete_writes_under_binlog_versions() -> None:
     insert = builder.write_for_change(change("c", None, {"id": 7, "n": "a"}, pos=100))
     delete = builder.write_for_change(change("d", {"id": 7, "n": "a"}, None, pos=200))
     assert insert.id == "7" and not insert.deleted
-    assert orjson.loads(insert.source) == {"id": 7, "n": "a"}
+    assert orjson.loads(insert.source) == {
+        "id": 7, "n": "a", "_indexer": {"hash": content_hash({"id": 7, "n": "a"}), "key": 7}}
     assert delete.deleted and delete.version > insert.version
     assert orjson.loads(delete.source) == {"_indexer": {"deleted": True,
                                                          "deleted_at": 1_700_000_000_000}}
@@ -98,3 +103,21 @@ def test_row_and_change_build_identical_bytes() -> None:
     from_change = builder.write_for_change(change("u", None, dict(row)))
     from_row = builder.write_for_row({"id": 7}, row, from_change.version)
     assert from_row == from_change
+
+
+def test_hash_texts_match_what_the_sql_side_writes() -> None:
+    assert [hash_text(v) for v in (None, True, False, 7, -1, "7.90", 1.5, ["a", "c"], [],
+                                   {"a": [1, 2.5]})] == [
+        "\\N", "1", "0", "7", "-1", "7.90", "~", '["a","c"]', "[]", '{"a":[1,2.5]}']
+    assert content_hash({"a": 1, "b": None}) == content_hash({"x": 1, "y": None})
+    assert content_hash({"a": 1, "b": None}) != content_hash({"a": 1, "b": "x"})
+
+
+def test_chunk_fields_for_integer_and_other_keys() -> None:
+    builder = DocumentBuilder(table())
+    by_int = orjson.loads(builder.write_for_row({"id": 5}, {"id": 5}, 1).source)["_indexer"]
+    by_text = orjson.loads(builder.write_for_row({"sku": "a"}, {"sku": "a"}, 1).source)
+    huge = orjson.loads(builder.write_for_row({"id": 2**64 - 1}, {}, 1).source)["_indexer"]
+    assert by_int["key"] == 5 and "bucket" not in by_int
+    assert by_text["_indexer"]["bucket"] == key_bucket("a") < KEY_BUCKETS
+    assert "key" not in huge and "bucket" in huge

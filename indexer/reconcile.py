@@ -1,0 +1,343 @@
+"""`indexer reconcile`: prove the index matches MySQL (the authority), and repair it.
+
+1. Chunks: a table with one integer key is cut into key ranges of ``width`` values; any
+   other table into ``KEY_BUCKETS`` buckets of crc32(id). For every chunk, MySQL computes
+   COUNT(*) and SUM(CRC32(row text)) in one scan (``GROUP BY`` chunk) and Elasticsearch the
+   doc count and the sum of the stored ``_indexer.hash`` in one aggregation request, both at
+   once. Equal chunks are done.
+2. Only differing chunks are compared row by row (id -> hash from both sides): missing
+   (row, no document), extra (document, no row), stale (content differs).
+3. Rows changed while the check ran are looked at again after ``settle_s`` (the daemon
+   needs a moment to apply them); only differences that persist are reported.
+4. ``repair``: missing and stale rows are re-read inside a consistent snapshot and written
+   with versions (the snapshot's binlog position, or the row's version column), extras get
+   a tombstone, so a concurrent daemon write is never overwritten by an older copy; then the
+   repaired chunks are checked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from elasticsearch import AsyncElasticsearch
+from elasticsearch.helpers import async_scan
+
+from indexer.config import Config, TableConfig
+from indexer.documents import (
+    KEY_BUCKETS,
+    META_FIELD,
+    DocumentBuilder,
+    Write,
+    document_id,
+    key_bucket,
+    pack_binlog_version,
+    tombstone,
+)
+from indexer.metrics import Metrics
+from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
+from indexer.source import mysql
+
+# About this many rows per chunk: small enough that a differing chunk is cheap to compare
+# row by row, large enough that the chunk sums stay few (Elasticsearch allows 65k buckets).
+CHUNK_ROWS = 2000
+MAX_CHUNKS = 50_000
+DRILL_CHUNKS = 64  # differing chunks compared per round trip
+DRILL_PARALLEL = 4
+SETTLE_S = 2.0
+UNCHUNKED = -(2**63)  # the chunk of an id that cannot be an integer key
+
+Progress = Callable[[str, int, int], None]
+
+
+def _no_progress(phase: str, done: int, total: int) -> None:
+    return None
+
+
+@dataclass
+class ChunkDiff:
+    chunk: int
+    low: str
+    high: str
+    rows: int
+    docs: int
+    missing: int = 0
+    extra: int = 0
+    stale: int = 0
+
+
+@dataclass
+class Report:
+    """What `indexer reconcile` found for one table (``--format json`` is this, as JSON)."""
+
+    table: str
+    alias: str
+    started_at: str
+    seconds: float = 0.0
+    rows: int = 0
+    documents: int = 0
+    chunking: str = ""
+    chunks: int = 0
+    chunks_differing: int = 0
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    rechecked: int = 0
+    repaired: dict[str, int] | None = None
+    differing_chunks: list[ChunkDiff] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.missing or self.extra or self.stale)
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["clean"] = self.clean
+        return data
+
+
+@dataclass
+class _Plan:
+    layout: mysql.TableLayout
+    columns: list[mysql.Column]
+    width: int  # key values per chunk (integer keys); 0 = id buckets
+
+    def describe(self) -> str:
+        if self.width:
+            return f"key ranges of {self.width} values"
+        return f"{KEY_BUCKETS} buckets of crc32(id)"
+
+    def bounds(self, chunk: int) -> tuple[str, str]:
+        if chunk == UNCHUNKED:
+            return "no chunk field", "no chunk field"
+        if self.width:
+            return str(chunk * self.width), str((chunk + 1) * self.width - 1)
+        return f"bucket {chunk}", f"bucket {chunk}"
+
+    def chunk_of(self, doc_id: str) -> int:
+        if self.width:
+            return int(doc_id) // self.width if _is_int(doc_id) else UNCHUNKED
+        return key_bucket(doc_id)
+
+
+async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
+                    settle_s: float = SETTLE_S, progress: Progress = _no_progress) -> Report:
+    started = time.monotonic()
+    report = Report(table.name, table.alias, datetime.now(UTC).isoformat(timespec="seconds"))
+    builder = DocumentBuilder(table)
+    plan = await asyncio.to_thread(_plan, config, table, builder)
+    report.chunking = plan.describe()
+    async with ElasticsearchSink(config.elasticsearch, Metrics(),
+                                 max_backoff_s=config.batch.max_backoff_s) as sink:
+        client = sink.client
+        await client.indices.refresh(index=table.alias)
+        progress("chunk sums", 0, 1)
+        sql_sums, es_sums = await asyncio.gather(
+            asyncio.to_thread(mysql.chunk_sums, config.mysql, plan.layout, plan.columns,
+                              plan.width),
+            _es_sums(client, table.alias, plan))
+        progress("chunk sums", 1, 1)
+        report.rows = sum(s.rows for s in sql_sums.values())
+        report.documents = sum(n for n, _ in es_sums.values())
+        chunks = sorted(set(sql_sums) | set(es_sums))
+        report.chunks = len(chunks)
+        differing = [c for c in chunks if _sums(sql_sums, c) != es_sums.get(c, (0, 0))]
+        report.chunks_differing = len(differing)
+        found = await _compare(config, client, table, plan, differing, progress)
+        found.update(await _unchunked(config, client, table, plan))
+        if found and settle_s > 0:
+            # Changes made while we looked: give the daemon time, then look again.
+            await asyncio.sleep(settle_s)
+            await client.indices.refresh(index=table.alias)
+            again = await _compare(config, client, table, plan, _chunks_of(plan, found),
+                                   progress)
+            again.update(await _unchunked(config, client, table, plan))
+            report.rechecked = len(found)
+            found = {i: kind for i, kind in again.items() if found.get(i) == kind}
+        if repair and found:
+            report.repaired = await _repair(config, sink, table, builder, plan, found)
+            await client.indices.refresh(index=table.alias)
+            found = await _compare(config, client, table, plan, _chunks_of(plan, found),
+                                   progress)
+            found.update(await _unchunked(config, client, table, plan))
+        _fill(report, plan, found, sql_sums, es_sums)
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+def _chunks_of(plan: _Plan, ids: dict[str, str]) -> list[int]:
+    return sorted({plan.chunk_of(i) for i in ids} - {UNCHUNKED})
+
+
+def _sums(sql_sums: dict[int, mysql.ChunkSum], chunk: int) -> tuple[int, int]:
+    found = sql_sums.get(chunk)
+    return (found.rows, found.hash_sum) if found else (0, 0)
+
+
+def _plan(config: Config, table: TableConfig, builder: DocumentBuilder) -> _Plan:
+    conn = mysql.connect(config.mysql, table.database)
+    try:
+        layout = mysql.table_layout(conn, table.database, table.table)
+    finally:
+        conn.close()
+    columns = [c for c in layout.columns if builder.includes(c.name)]
+    width = 0
+    if layout.integer_key:
+        bounds = mysql.key_range(config.mysql, layout)
+        if bounds is not None:
+            low, high, rows = bounds
+            chunks = min(MAX_CHUNKS, max(1, math.ceil(rows / CHUNK_ROWS)))
+            width = max(1, math.ceil((high - low + 1) / chunks))
+        else:
+            width = CHUNK_ROWS
+    return _Plan(layout, columns, width)
+
+
+_LIVE_DOCS = {"bool": {"must_not": [{"term": {f"{META_FIELD}.deleted": True}}]}}
+
+
+async def _es_sums(client: AsyncElasticsearch, alias: str,
+                   plan: _Plan) -> dict[int, tuple[int, int]]:
+    """chunk -> (documents, sum of hashes), in one aggregation request."""
+    if plan.width:
+        grouping: dict[str, Any] = {"histogram": {
+            "field": f"{META_FIELD}.key", "interval": plan.width, "min_doc_count": 1}}
+    else:
+        grouping = {"terms": {"field": f"{META_FIELD}.bucket", "size": KEY_BUCKETS}}
+    grouping["aggs"] = {"hash": {"sum": {"field": f"{META_FIELD}.hash"}}}
+    response = await client.options(request_timeout=600).search(
+        index=alias, size=0, query=_LIVE_DOCS, aggs={"chunks": grouping})
+    sums = {}
+    for bucket in response["aggregations"]["chunks"]["buckets"]:
+        key = int(bucket["key"]) // plan.width if plan.width else int(bucket["key"])
+        sums[key] = (int(bucket["doc_count"]), int(bucket["hash"]["value"]))
+    return sums
+
+
+async def _compare(config: Config, client: AsyncElasticsearch, table: TableConfig,
+                   plan: _Plan, chunks: Sequence[int], progress: Progress) -> dict[str, str]:
+    """id -> "missing" | "extra" | "stale" for every difference inside these chunks."""
+    found: dict[str, str] = {}
+    groups = [list(chunks[i:i + DRILL_CHUNKS]) for i in range(0, len(chunks), DRILL_CHUNKS)]
+    gate = asyncio.Semaphore(DRILL_PARALLEL)
+    done = 0
+
+    async def one(group: list[int]) -> None:
+        nonlocal done
+        async with gate:
+            rows, docs = await asyncio.gather(
+                asyncio.to_thread(mysql.chunk_rows, config.mysql, plan.layout, plan.columns,
+                                  plan.width, group),
+                _es_hashes(client, table.alias, plan, group))
+        for doc_id, row_hash in rows.items():
+            doc_hash = docs.pop(doc_id, None)
+            if doc_hash is None:
+                found[doc_id] = "missing"
+            elif doc_hash != row_hash:
+                found[doc_id] = "stale"
+        for doc_id in docs:
+            found[doc_id] = "extra"
+        done += len(group)
+        progress("compare chunks", done, len(chunks))
+
+    progress("compare chunks", 0, len(chunks))
+    await asyncio.gather(*(one(group) for group in groups))
+    return found
+
+
+async def _unchunked(config: Config, client: AsyncElasticsearch, table: TableConfig,
+                     plan: _Plan) -> dict[str, str]:
+    """Documents without the indexer's chunk field were written behind its back: stale if
+    their row exists, extra if not."""
+    field_name = f"{META_FIELD}.key" if plan.width else f"{META_FIELD}.bucket"
+    query = {"bool": {"must_not": [*_LIVE_DOCS["bool"]["must_not"],
+                                   {"exists": {"field": field_name}}]}}
+    ids = [hit["_id"] async for hit in async_scan(
+        client, index=table.alias, query={"query": query, "_source": False})]
+    if not ids:
+        return {}
+    candidates = [i for i in ids if not plan.width or _is_int(i)]
+    snapshot = await asyncio.to_thread(mysql.Snapshot, config.mysql, plan.layout)
+    try:
+        rows = await asyncio.to_thread(snapshot.rows_for_ids, candidates)
+    finally:
+        snapshot.close()
+    present = {document_id(key) for key, _ in rows}
+    return {i: "stale" if i in present else "extra" for i in ids}
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+async def _es_hashes(client: AsyncElasticsearch, alias: str, plan: _Plan,
+                     chunks: Sequence[int]) -> dict[str, int]:
+    if plan.width:
+        scope: dict[str, Any] = {"bool": {"should": [
+            {"range": {f"{META_FIELD}.key": {"gte": c * plan.width, "lt": (c + 1) * plan.width}}}
+            for c in chunks]}}
+    else:
+        scope = {"terms": {f"{META_FIELD}.bucket": list(chunks)}}
+    query = {"bool": {"filter": [scope], **_LIVE_DOCS["bool"]}}
+    hashes = {}
+    async for hit in async_scan(client, index=alias, size=5000, query={
+            "query": query, "_source": False, "docvalue_fields": [f"{META_FIELD}.hash"]}):
+        values = hit.get("fields", {}).get(f"{META_FIELD}.hash") or [None]
+        hashes[hit["_id"]] = int(values[0]) if values[0] is not None else -1
+    return hashes
+
+
+async def _repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
+                  builder: DocumentBuilder, plan: _Plan, found: dict[str, str]) -> dict[str, int]:
+    """Rewrites missing and stale documents from a consistent snapshot, tombstones extras."""
+    fix = [i for i, kind in found.items() if kind != "extra"]
+    extras = [i for i, kind in found.items() if kind == "extra"]
+    snapshot = await asyncio.to_thread(mysql.Snapshot, config.mysql, plan.layout)
+    try:
+        rows = await asyncio.to_thread(snapshot.rows_for_ids, fix)
+        position = snapshot.position
+    finally:
+        snapshot.close()
+    binlog = table.version.kind == "binlog"
+    snapshot_version = pack_binlog_version(position.file, position.pos, 0)
+    ops = []
+    for key, row in rows:
+        # Column versions: the document may carry the row's own version with other content
+        # (changed behind the pipeline's back), so an equal version must win here.
+        version = snapshot_version if binlog else builder.row_version(row)
+        ops.append(Op(table.alias, builder.write_for_row(key, row, version),
+                      version_type="external" if binlog else "external_gte"))
+    versions = await _versions(sink.client, table.alias, extras) if extras else {}
+    now_ms = int(time.time() * 1000)
+    for doc_id in extras:
+        version = snapshot_version if binlog else versions.get(doc_id, 0) + 1
+        ops.append(Op(table.alias, Write(doc_id, version, tombstone(now_ms), True)))
+    if ops:
+        await sink.write(ops)
+    return {"rewritten": len(rows), "tombstoned": len(extras),
+            "refused_as_newer": sum(1 for op in ops if op.outcome is Outcome.STALE)}
+
+
+async def _versions(client: AsyncElasticsearch, alias: str, ids: list[str]) -> dict[str, int]:
+    response = await client.search(index=alias, size=len(ids), version=True, source=False,
+                                   query={"ids": {"values": ids}})
+    return {hit["_id"]: int(hit["_version"]) for hit in response["hits"]["hits"]}
+
+
+def _fill(report: Report, plan: _Plan, found: dict[str, str],
+          sql_sums: dict[int, mysql.ChunkSum], es_sums: dict[int, tuple[int, int]]) -> None:
+    by_chunk: dict[int, ChunkDiff] = {}
+    for doc_id, kind in sorted(found.items()):
+        getattr(report, kind).append(doc_id)
+        chunk = plan.chunk_of(doc_id)
+        if chunk not in by_chunk:
+            low, high = plan.bounds(chunk)
+            by_chunk[chunk] = ChunkDiff(chunk, low, high, _sums(sql_sums, chunk)[0],
+                                        es_sums.get(chunk, (0, 0))[0])
+        setattr(by_chunk[chunk], kind, getattr(by_chunk[chunk], kind) + 1)
+    report.differing_chunks = [by_chunk[c] for c in sorted(by_chunk)]

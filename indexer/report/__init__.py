@@ -1,0 +1,1 @@
+"""Renderings of a reconciliation report: terminal summary, JSON, one-file HTML."""

@@ -1,0 +1,120 @@
+"""`indexer reconcile` on the real stack: drift injected behind the pipeline's back is found
+exactly, repaired, and live writes do not show up as drift."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+from elasticsearch import AsyncElasticsearch
+
+from indexer.reconcile import reconcile
+from tests.integration.conftest import (
+    REPO,
+    live_index,
+    running,
+    sql,
+    wait_for_documents,
+    wait_for_topic,
+)
+from tests.integration.test_daemon import COLUMNS, expected_rows
+from tests.integration.test_failures import insert_rows
+from tests.integration.test_reindex import busy_writer
+
+
+async def inject_drift(db: Any, es: AsyncElasticsearch, table: Any) -> dict[str, set[str]]:
+    index = await live_index(es, table.alias)
+    for doc_id in ("11", "12", "13"):  # documents lost
+        await es.delete(index=index, id=doc_id)
+    for doc_id in ("21", "22"):  # documents replaced by a hand-edited copy
+        source = (await es.get(index=index, id=doc_id))["_source"]
+        source.pop("_indexer")
+        await es.index(index=index, id=doc_id, document={**source, "name": "tampered"})
+    await es.index(index=index, id="9001", document={"id": 9001, "name": "ghost"})
+    await es.index(index=index, id="not-a-key", document={"name": "ghost"})
+    # Rows changed with the binlog off: Debezium never sees them.
+    sql(db, "SET SESSION sql_log_bin = 0")
+    try:
+        sql(db, f"UPDATE `{table.name}` SET qty = qty + 5 WHERE id IN (31, 32)")
+        sql(db, f"DELETE FROM `{table.name}` WHERE id = 41")
+        sql(db, f"INSERT INTO `{table.name}` VALUES (5000, 'hidden', 1.00, 1)")
+    finally:
+        sql(db, "SET SESSION sql_log_bin = 1")
+    await es.indices.refresh(index=index)
+    return {"missing": {"11", "12", "13", "5000"}, "extra": {"41", "9001", "not-a-key"},
+            "stale": {"21", "22", "31", "32"}}
+
+
+async def test_drift_behind_the_pipelines_back_is_found_exactly_and_repaired(
+        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any,
+        tmp_path: Path) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 3000)
+    await wait_for_topic(table.topic)
+    config = make_config(table.entry())
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    clean = await reconcile(config, config.tables[0], settle_s=0)
+    assert clean.clean and clean.rows == clean.documents == 3000
+    assert clean.chunks >= 1 and clean.chunks_differing == 0
+
+    expected = await inject_drift(db, es, table)
+    report = await reconcile(config, config.tables[0], settle_s=0.5)
+    assert {"missing": set(report.missing), "extra": set(report.extra),
+            "stale": set(report.stale)} == expected
+    assert report.rechecked == 11
+
+    repaired = await reconcile(config, config.tables[0], repair=True, settle_s=0)
+    assert repaired.repaired == {"rewritten": 8, "tombstoned": 3, "refused_as_newer": 0}
+    assert repaired.clean
+    await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    assert (await reconcile(config, config.tables[0], settle_s=0)).clean
+
+    # The command line: exit codes and the JSON and HTML reports.
+    config_file = tmp_path / "indexer.toml"
+    make_config(table.entry(), file=config_file)
+    index = await live_index(es, table.alias)
+    await es.delete(index=index, id="7", refresh=True)
+    command = [sys.executable, "-m", "indexer", "reconcile", table.name, "--config",
+               str(config_file), "--settle", "0"]
+    drift = await _cli(command, "--format", "json")
+    assert drift.returncode == 1, drift.stderr.decode()
+    (result,) = orjson.loads(drift.stdout)["tables"]
+    assert result["missing"] == ["7"] and result["clean"] is False
+    html_file = tmp_path / "report.html"
+    await _cli(command, "--format", "html", "--output", str(html_file))
+    page = html_file.read_text()
+    assert "<svg" in page and "missing: 1" in page and "<script" not in page
+    fixed = await _cli(command, "--repair")
+    assert fixed.returncode == 0, fixed.stdout.decode() + fixed.stderr.decode()
+    assert (await _cli(command)).returncode == 0
+
+
+async def _cli(command: list[str], *more: str) -> subprocess.CompletedProcess[bytes]:
+    return await asyncio.to_thread(subprocess.run, [*command, *more], cwd=REPO,
+                                   capture_output=True)
+
+
+async def test_live_writes_are_rechecked_not_reported(db: Any, es: AsyncElasticsearch,
+                                                      make_table: Any,
+                                                      make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 20000)
+    await wait_for_topic(table.topic)
+    config = make_config(table.entry())
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
+        stop = threading.Event()
+        writer = asyncio.create_task(asyncio.to_thread(busy_writer, table.name, stop, 20001, 2))
+        checking = asyncio.create_task(reconcile(config, config.tables[0], settle_s=3))
+        await asyncio.sleep(1.0)
+        stop.set()
+        changes = await writer
+        report = await checking
+        assert changes > 20
+        assert report.clean, (report.missing, report.extra, report.stale)
