@@ -109,9 +109,15 @@ async def main(rows: int, parallel: int) -> None:
         print(f"  {summary}")
     finally:
         unpin()
-        db = mysql()
+        drop_table(table)
+
+
+def drop_table(table: str) -> None:
+    db = mysql()
+    try:
         with db.cursor() as cur:
             cur.execute(f"DROP TABLE {BENCH_DATABASE}.`{table}`")
+    finally:
         db.close()
 
 

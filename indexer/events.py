@@ -62,6 +62,20 @@ class Change:
     position: Position
 
 
+# Temporal logical types: (formatter of microseconds, multiply, divide to get microseconds,
+# fraction digits when the column's own are unknown).
+_TEMPORAL: dict[str, tuple[Callable[[int, int], str], int, int, int]] = {
+    "io.debezium.time.Timestamp": (values.datetime_from_micros, 1000, 1, 3),
+    "org.apache.kafka.connect.data.Timestamp": (values.datetime_from_micros, 1000, 1, 3),
+    "io.debezium.time.MicroTimestamp": (values.datetime_from_micros, 1, 1, 6),
+    "io.debezium.time.NanoTimestamp": (values.datetime_from_micros, 1, 1000, 6),
+    "io.debezium.time.Time": (values.time_from_micros, 1000, 1, 3),
+    "org.apache.kafka.connect.data.Time": (values.time_from_micros, 1000, 1, 3),
+    "io.debezium.time.MicroTime": (values.time_from_micros, 1, 1, 6),
+    "io.debezium.time.NanoTime": (values.time_from_micros, 1, 1000, 6),
+}
+
+
 def _fsp(params: Mapping[str, Any], default: int) -> int:
     """Fraction digits of a temporal column: the propagated length, or the encoding's unit."""
     if _COLUMN_TYPE in params:
@@ -88,27 +102,13 @@ def field_converter(schema: Mapping[str, Any]) -> Converter | None:
         )
     if name in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
         return values.date_from_days
-    if name in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
-        fsp = _fsp(params, 3)
-        return lambda v: values.datetime_from_micros(v * 1000, fsp)
-    if name == "io.debezium.time.MicroTimestamp":
-        fsp = _fsp(params, 6)
-        return lambda v: values.datetime_from_micros(v, fsp)
-    if name == "io.debezium.time.NanoTimestamp":
-        fsp = _fsp(params, 6)
-        return lambda v: values.datetime_from_micros(v // 1000, fsp)
+    if name in _TEMPORAL:
+        format_micros, multiply, divide, default_fsp = _TEMPORAL[name]
+        fsp = _fsp(params, default_fsp)
+        return lambda v: format_micros(v * multiply // divide, fsp)
     if name == "io.debezium.time.ZonedTimestamp":
         fsp = _fsp(params, 6)
         return lambda v: values.timestamp_from_iso(v, fsp)
-    if name in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
-        fsp = _fsp(params, 3)
-        return lambda v: values.time_from_micros(v * 1000, fsp)
-    if name == "io.debezium.time.MicroTime":
-        fsp = _fsp(params, 6)
-        return lambda v: values.time_from_micros(v, fsp)
-    if name == "io.debezium.time.NanoTime":
-        fsp = _fsp(params, 6)
-        return lambda v: values.time_from_micros(v // 1000, fsp)
     if name == "io.debezium.data.Json":
         return orjson.loads
     if name == "io.debezium.data.EnumSet":

@@ -1,0 +1,175 @@
+"""Reconciliation time on a large table with injected drift, beside a naive merge-compare.
+
+    .venv/bin/python -m bench.reconcile --rows 10000000
+
+The table is generated inside MariaDB (sequence engine, a database Debezium does not
+capture) and indexed with `indexer reindex`. Then 50 drifts are injected behind the
+pipeline's back: 15 documents deleted, 10 replaced by hand-edited copies and 10 added in
+Elasticsearch; 10 rows updated and 5 deleted in MariaDB with the binlog off. Timed with the
+bench pinning (Elasticsearch on core 0; MariaDB and the client on core 1):
+  * `indexer reconcile` (child process, whole command), which must find exactly the 50;
+  * a naive full merge-compare: every row's id and CRC32 streamed from MariaDB in key order
+    (hashes computed by the server, as reconcile's are) against every document's id and
+    stored hash scrolled from Elasticsearch in key order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pymysql.cursors
+from elasticsearch import AsyncElasticsearch
+
+from bench.common import BENCH_MAPPING, CLIENT_CORE, ES, mysql, pin_protocol, unique, unpin
+from bench.reindex import BENCH_DATABASE, create_table, drop_table
+from indexer.config import MySQLSettings
+from indexer.source import mysql as source
+
+
+def write_config(folder: Path, table: str) -> tuple[Path, str]:
+    alias = unique("bench-reconcile").lower().replace("_", "-")
+    (folder / f"{alias}.json").write_bytes(orjson.dumps(BENCH_MAPPING))
+    config = folder / "bench.toml"
+    config.write_text(f'[elasticsearch]\nhosts = ["{ES}"]\nmappings_dir = "{folder}"\n'
+                      "[metrics]\nport = 0\n"
+                      f'[[tables]]\nname = "{BENCH_DATABASE}.{table}"\nalias = "{alias}"\n')
+    return config, alias
+
+
+async def command(*args: str) -> tuple[int, bytes, float]:
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        "taskset", "-c", CLIENT_CORE, sys.executable, "-m", "indexer", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out, time.perf_counter() - started
+
+
+async def inject(es: AsyncElasticsearch, alias: str, table: str, rows: int) -> dict[str, set[str]]:
+    (index,) = (await es.indices.get_alias(name=alias)).body
+    step = rows // 60
+    ids = [str(1 + i * step) for i in range(50)]
+    deleted, edited, rows_changed, rows_deleted = ids[:15], ids[15:25], ids[25:35], ids[35:40]
+    for doc_id in deleted:
+        await es.delete(index=index, id=doc_id)
+    for doc_id in edited:
+        src = (await es.get(index=index, id=doc_id))["_source"]
+        src.pop("_indexer")
+        await es.index(index=index, id=doc_id, document={**src, "name": "edited by hand"})
+    added = [str(rows + 1000 + i) for i in range(10)]
+    for doc_id in added:
+        await es.index(index=index, id=doc_id, document={"id": int(doc_id), "name": "ghost"})
+    await es.indices.refresh(index=index)
+    db = mysql()
+    try:
+        with db.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            for doc_id in rows_changed:
+                cur.execute(f"UPDATE {BENCH_DATABASE}.`{table}` SET qty = qty + 1 WHERE id = %s",
+                            (int(doc_id),))
+            for doc_id in rows_deleted:
+                cur.execute(f"DELETE FROM {BENCH_DATABASE}.`{table}` WHERE id = %s",
+                            (int(doc_id),))
+    finally:
+        db.close()
+    return {"missing": set(deleted), "stale": set(edited) | set(rows_changed),
+            "extra": set(added) | set(rows_deleted)}
+
+
+async def naive(es: AsyncElasticsearch, alias: str, table: str) -> tuple[int, float]:
+    """Differences found by streaming both sides in key order and merging them."""
+    started = time.perf_counter()
+    conn = source.connect(MySQLSettings(), BENCH_DATABASE)
+    layout = source.table_layout(conn, BENCH_DATABASE, table)
+    cursor = conn.cursor(pymysql.cursors.SSCursor)
+    cursor.execute(f"SELECT id, {source.hash_sql(layout.columns)} FROM {layout.qualified} "
+                   "ORDER BY id")
+
+    def mysql_rows() -> Any:
+        while page := cursor.fetchmany(10000):
+            yield from page
+
+    async def es_docs() -> Any:
+        after: list[Any] | None = None
+        while True:
+            response = await es.search(
+                index=alias, size=10000, sort=[{"_indexer.key": "asc"}, {"_id": "asc"}],
+                source=False,
+                docvalue_fields=[{"field": "_indexer.hash"}, {"field": "_indexer.key"}],
+                search_after=after, track_total_hits=False)
+            hits = response["hits"]["hits"]
+            if not hits:
+                return
+            for hit in hits:
+                fields = hit.get("fields", {})
+                key = fields.get("_indexer.key", [None])[0]
+                yield (int(key) if key is not None else None,
+                       fields.get("_indexer.hash", [None])[0])
+            after = hits[-1]["sort"]
+
+    differences = 0
+    rows = mysql_rows()
+    row = next(rows, None)
+    async for key, doc_hash in es_docs():
+        if key is None:
+            differences += 1
+            continue
+        while row is not None and row[0] < key:
+            differences += 1  # missing
+            row = next(rows, None)
+        if row is not None and row[0] == key:
+            differences += int(row[1]) != doc_hash
+            row = next(rows, None)
+        else:
+            differences += 1  # extra
+    while row is not None:
+        differences += 1
+        row = next(rows, None)
+    cursor.close()
+    conn.close()
+    return differences, time.perf_counter() - started
+
+
+async def main(rows: int) -> None:
+    table = create_table(rows)
+    es = AsyncElasticsearch(ES, request_timeout=600)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            config, alias = write_config(Path(tmp), table)
+            code, _, load = await command("reindex", table, "--config", str(config))
+            assert code == 0, "reindex failed"
+            expected = await inject(es, alias, table, rows)
+            pin_protocol()
+            code, out, seconds = await command("reconcile", table, "--config", str(config),
+                                               "--format", "json", "--settle", "0")
+            (report,) = orjson.loads(out)["tables"]
+            found = {k: set(report[k]) for k in ("missing", "stale", "extra")}
+            naive_found, naive_seconds = await naive(es, alias, table)
+            unpin()
+            exact = found == expected
+            print(f"reconcile {rows:,} rows ({report['chunks']:,} chunks, "
+                  f"{report['chunks_differing']} differing): {seconds:.1f} s, exit {code}, "
+                  f"found {sum(map(len, found.values()))} of 50, exact: {exact} | naive "
+                  f"merge-compare: {naive_seconds:.1f} s, {naive_found} differences | "
+                  f"{naive_seconds / seconds:.1f}x faster (index load by reindex: {load:.0f} s)",
+                  flush=True)
+            if not exact:
+                print(f"  expected {expected}\n  found    {found}")
+            await es.indices.delete(index=f"{alias}-v*")
+    finally:
+        unpin()
+        await es.close()
+        drop_table(table)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    asyncio.run(main(parser.parse_args().rows))
