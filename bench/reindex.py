@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import orjson
 
 from bench.common import (
@@ -88,6 +89,8 @@ async def run_reindex(table: str, parallel: int) -> tuple[float, float, str]:
         if proc.returncode != 0:
             raise RuntimeError(f"indexer reindex failed:\n{text[-3000:]}")
         summary = next((line for line in text.splitlines() if "rows in" in line), "")
+        async with aiohttp.ClientSession(base_url=ES) as http:
+            await (await http.delete(f"/{alias}-v*")).read()
     return elapsed, rss, summary.strip()
 
 

@@ -50,6 +50,8 @@ MAX_CHUNKS = 50_000
 DRILL_CHUNKS = 64  # differing chunks compared per round trip
 DRILL_PARALLEL = 4
 SETTLE_S = 2.0
+# MySQL scans for the chunk sums run in this many key slices at once: one per core here.
+SCAN_PARALLEL = 2
 UNCHUNKED = -(2**63)  # the chunk of an id that cannot be an integer key
 
 Progress = Callable[[str, int, int], None]
@@ -106,6 +108,8 @@ class _Plan:
     layout: mysql.TableLayout
     columns: list[mysql.Column]
     width: int  # key values per chunk (integer keys); 0 = id buckets
+    low: int | None = None  # key bounds when the plan was made (integer keys)
+    high: int | None = None
 
     def describe(self) -> str:
         if self.width:
@@ -126,7 +130,8 @@ class _Plan:
 
 
 async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
-                    settle_s: float = SETTLE_S, progress: Progress = _no_progress) -> Report:
+                    settle_s: float = SETTLE_S, parallel: int = SCAN_PARALLEL,
+                    progress: Progress = _no_progress) -> Report:
     started = time.monotonic()
     report = Report(table.name, table.alias, datetime.now(UTC).isoformat(timespec="seconds"))
     builder = DocumentBuilder(table)
@@ -138,9 +143,7 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
         await client.indices.refresh(index=table.alias)
         progress("chunk sums", 0, 1)
         sql_sums, es_sums = await asyncio.gather(
-            asyncio.to_thread(mysql.chunk_sums, config.mysql, plan.layout, plan.columns,
-                              plan.width),
-            _es_sums(client, table.alias, plan))
+            _sql_sums(config, plan, parallel), _es_sums(client, table.alias, plan))
         progress("chunk sums", 1, 1)
         report.rows = sum(s.rows for s in sql_sums.values())
         report.documents = sum(n for n, _ in es_sums.values())
@@ -186,16 +189,34 @@ def _plan(config: Config, table: TableConfig, builder: DocumentBuilder) -> _Plan
     finally:
         conn.close()
     columns = [c for c in layout.columns if builder.includes(c.name)]
-    width = 0
-    if layout.integer_key:
-        bounds = mysql.key_range(config.mysql, layout)
-        if bounds is not None:
-            low, high, rows = bounds
-            chunks = min(MAX_CHUNKS, max(1, math.ceil(rows / CHUNK_ROWS)))
-            width = max(1, math.ceil((high - low + 1) / chunks))
-        else:
-            width = CHUNK_ROWS
-    return _Plan(layout, columns, width)
+    if not layout.integer_key:
+        return _Plan(layout, columns, 0)
+    bounds = mysql.key_range(config.mysql, layout)
+    if bounds is None:
+        return _Plan(layout, columns, CHUNK_ROWS)
+    low, high, rows = bounds
+    chunks = min(MAX_CHUNKS, max(1, math.ceil(rows / CHUNK_ROWS)))
+    return _Plan(layout, columns, max(1, math.ceil((high - low + 1) / chunks)), low, high)
+
+
+async def _sql_sums(config: Config, plan: _Plan, parallel: int) -> dict[int, mysql.ChunkSum]:
+    """The MySQL side of the chunk test, in ``parallel`` slices of whole chunks."""
+    if not plan.width or plan.low is None or plan.high is None or parallel <= 1:
+        return await asyncio.to_thread(mysql.chunk_sums, config.mysql, plan.layout,
+                                       plan.columns, plan.width)
+    first, last = plan.low // plan.width, plan.high // plan.width
+    step = max(1, (last - first + parallel) // parallel)
+    slices = [(start, min(start + step - 1, last)) for start in range(first, last + 1, step)]
+    # The outer slices are open-ended: rows inserted beyond the bounds read earlier count too.
+    bounds = [(None if i == 0 else a, None if i == len(slices) - 1 else b)
+              for i, (a, b) in enumerate(slices)]
+    parts = await asyncio.gather(*(
+        asyncio.to_thread(mysql.chunk_sums, config.mysql, plan.layout, plan.columns,
+                          plan.width, a, b) for a, b in bounds))
+    merged: dict[int, mysql.ChunkSum] = {}
+    for part in parts:
+        merged.update(part)
+    return merged
 
 
 _LIVE_DOCS = {"bool": {"must_not": [{"term": {f"{META_FIELD}.deleted": True}}]}}

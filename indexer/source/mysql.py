@@ -357,15 +357,21 @@ class ChunkSum:
 
 
 def chunk_sums(settings: MySQLSettings, layout: TableLayout, columns: Sequence[Column],
-               width: int) -> dict[int, ChunkSum]:
+               width: int, first: int | None = None, last: int | None = None,
+               ) -> dict[int, ChunkSum]:
     """Per chunk of ``width`` key values (integer keys) or per id bucket: count and hash sum,
-    in one scan inside the server."""
+    in one scan inside the server (of chunks ``first``..``last`` only, when given)."""
     chunk = _chunk_sql(layout, width)
+    where: str = ""
+    args: tuple[int, ...] = ()
+    if layout.integer_key:
+        where, args = key_range_where(layout, None if first is None else first * width,
+                                      None if last is None else (last + 1) * width - 1)
     conn = connect(settings, layout.database)
     try:
         with conn.cursor() as cur:
             cur.execute(f"SELECT {chunk} AS chunk, COUNT(*), SUM({hash_sql(columns)}) "
-                        f"FROM {layout.qualified} GROUP BY chunk")
+                        f"FROM {layout.qualified} {where} GROUP BY chunk", args or None)
             return {int(c): ChunkSum(int(c), int(n), int(h)) for c, n, h in cur.fetchall()}
     finally:
         conn.close()
