@@ -72,7 +72,7 @@ class Daemon:
         self._source: KafkaSource | None = None
         self._sink: ElasticsearchSink | None = None
         self._producer: Producer | None = None
-        self._failed = False
+        self._failure: BaseException | None = None  # a fatal error of a batch
         self.started = asyncio.Event()
 
     def stop(self) -> None:
@@ -260,19 +260,20 @@ class Daemon:
     async def _commit_done(self) -> None:
         """Commits the completed batches at the head of the queue, in order."""
         offsets: dict[TopicPartition, int] = {}
-        while self._inflight and self._inflight[0][1].done() and not self._failed:
+        while self._inflight and self._inflight[0][1].done() and self._failure is None:
             batch, task = self._inflight[0]
             if task.cancelled() or task.exception() is not None:
                 # A fatal error (transient ones are retried inside): nothing at or after this
                 # batch may be committed. It stops the daemon.
-                self._failed = True
+                self._failure = (asyncio.CancelledError() if task.cancelled()
+                                 else task.exception())
                 break
             self._inflight.popleft()
             offsets.update(batch.offsets)
         if offsets:
             await self._commit(offsets)
-        if self._failed:
-            self._inflight[0][1].result()
+        if self._failure is not None:
+            raise self._failure
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         source = self._source
@@ -293,9 +294,9 @@ class Daemon:
         """Waits for in-flight batches (abandoning them after ``grace_s``) and commits the
         completed prefix."""
         tasks = [task for _, task in self._inflight]
-        if tasks and not self._failed:
+        if tasks and self._failure is None:
             await asyncio.wait(tasks, timeout=grace_s)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a failure is kept in self._failure
             await self._commit_done()
         if self._inflight:
             log.warning("abandoning %d unfinished batches; they will be read again",
@@ -312,6 +313,8 @@ class Daemon:
 
     async def _shutdown(self) -> None:
         await self._drain(self.config.batch.shutdown_grace_s)
+        if self._failure is not None:
+            raise self._failure
 
 
 def _tp(record: ConsumerRecord[bytes, bytes]) -> TopicPartition:
