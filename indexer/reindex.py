@@ -52,7 +52,8 @@ class ReindexError(RuntimeError):
 class ReindexResult:
     table: str
     index: str
-    rows: int = 0
+    read: int = 0  # rows the readers read
+    rows: int = 0  # rows the writers settled (written + stale + failed)
     written: int = 0
     stale: int = 0
     failed: int = 0
@@ -86,8 +87,8 @@ async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
             if result.failed:
                 raise ReindexError(f"{result.failed} rows were refused by Elasticsearch "
                                    "(see the log); the live index is unchanged")
-            if result.written + result.stale != result.rows:
-                raise ReindexError(f"{result.rows} rows read but {result.written} written and "
+            if result.written + result.stale != result.rows or result.rows != result.read:
+                raise ReindexError(f"{result.read} rows read but {result.written} written and "
                                    f"{result.stale} found newer")
             progress("tombstones", 0, 0)
             result.tombstones = await _copy_tombstones(sink, before.live, index, progress)
@@ -125,8 +126,10 @@ async def _load(config: Config, table: TableConfig, layout: mysql.TableLayout,
     stop = threading.Event()
     ranges = await asyncio.to_thread(_ranges, config, layout, parallel)
 
-    def read(where: str, args: tuple[Any, ...]) -> None:
+    def read(where: str, args: tuple[Any, ...]) -> int:
+        """Reads one key range into the queue; returns the number of rows read."""
         snapshot = mysql.Snapshot(config.mysql, layout)
+        rows = 0
         try:
             position = snapshot.position
             result.positions.append(f"{position.file}:{position.pos}")
@@ -134,17 +137,20 @@ async def _load(config: Config, table: TableConfig, layout: mysql.TableLayout,
                        if table.version.kind == "binlog" else None)
             for page in snapshot.rows(where, args, page_rows=config.batch.max_events):
                 if stop.is_set():
-                    return
+                    return rows
                 ops = [Op(table.alias, _write(builder, key, row, version), index=index)
                        for key, row in page]
                 asyncio.run_coroutine_threadsafe(queue.put(ops), loop).result()
+                rows += len(ops)
         finally:
             snapshot.close()
+        return rows
 
-    async def reader(where: str, args: tuple[Any, ...]) -> None:
-        try:
-            await asyncio.to_thread(read, where, args)
-        finally:
+    async def read_all() -> None:
+        counts = await asyncio.gather(*(asyncio.to_thread(read, w, a) for w, a in ranges))
+        result.read = sum(counts)
+        # Only now may the writers stop: one end marker each, behind every page.
+        for _ in writers:
             await queue.put(None)
 
     async def writer() -> None:
@@ -161,21 +167,19 @@ async def _load(config: Config, table: TableConfig, layout: mysql.TableLayout,
                     log.error("row %s refused: %s: %s", op.write.id, op.error_kind,
                               op.error_reason)
             progress("load", result.rows, 0)
-        await queue.put(None)  # let the other writers see the end too
 
-    readers = [asyncio.create_task(reader(w, a)) for w, a in ranges]
     writers = [asyncio.create_task(writer()) for _ in range(config.batch.in_flight)]
+    reading = asyncio.create_task(read_all())
     try:
-        await asyncio.gather(*readers)
-        await asyncio.gather(*writers)
+        await asyncio.gather(reading, *writers)
     finally:
         stop.set()
-        for task in (*readers, *writers):
+        for task in (reading, *writers):
             task.cancel()
         # Readers blocked on a full queue need room to see the stop.
         while not queue.empty():
             queue.get_nowait()
-        await asyncio.gather(*readers, *writers, return_exceptions=True)
+        await asyncio.gather(reading, *writers, return_exceptions=True)
 
 
 def _write(builder: DocumentBuilder, key: dict[str, Any], row: dict[str, Any],

@@ -196,3 +196,23 @@ async def _committed_all(group: str, topic: str, ends: dict[int, int]) -> bool:
 
 async def _has(es: AsyncElasticsearch, alias: str, doc_id: str) -> bool:
     return doc_id in await documents(es, alias)
+
+
+async def test_several_tables_in_one_process(db: Any, es: AsyncElasticsearch, make_table: Any,
+                                             make_config: Any) -> None:
+    first, second = make_table(COLUMNS), make_table(
+        "sku VARCHAR(20), region VARCHAR(8), qty INT, PRIMARY KEY (sku, region)")
+    insert_rows_first = [(i, f"n{i}", i, i) for i in range(1, 21)]
+    with db.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{first.name}` VALUES (%s, %s, %s, %s)", insert_rows_first)
+        cur.executemany(f"INSERT INTO `{second.name}` VALUES (%s, %s, %s)",
+                        [("a|b", "eu", 1), ("a", "b|eu", 2), ("c\\\\", "us", 3)])
+    await wait_for_topic(first.topic)
+    await wait_for_topic(second.topic)
+    async with running(make_config(first.entry(), second.entry(exclude=["qty"]))):
+        await wait_for_documents(es, first.alias, expected_rows(db, first.name))
+        await wait_for_documents(es, second.alias, {
+            "a\\|b|eu": {"sku": "a|b", "region": "eu"},
+            "a|b\\|eu": {"sku": "a", "region": "b|eu"},
+            "c\\\\\\\\|us": {"sku": "c\\\\", "region": "us"},
+        })

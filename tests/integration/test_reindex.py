@@ -73,7 +73,7 @@ async def test_reindex_while_writing_and_streaming_ends_equal_to_mysql(
         changes = await writer
         assert changes > 50
         assert result.rows >= 30000 * 0.9
-        assert result.written + result.stale == result.rows
+        assert result.written + result.stale == result.rows == result.read
         assert len(result.positions) == 2
         assert result.replaced == [old]
         new = await live_index(es, table.alias)
