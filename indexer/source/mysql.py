@@ -249,11 +249,6 @@ class Snapshot:
             low, high = cur.fetchone() or (None, None)
         return None if low is None or high is None else (int(low), int(high))
 
-    def count(self) -> int:
-        with self._conn.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*) FROM {self.layout.qualified}")
-            return int((cur.fetchone() or (0,))[0])
-
     def close(self) -> None:
         self._conn.close()
 
@@ -267,25 +262,6 @@ def key_range_where(layout: TableLayout, low: int | None,
                   if bound is not None]
     args = tuple(bound for bound in (low, high) if bound is not None)
     return ("WHERE " + " AND ".join(conditions) if conditions else ""), args
-
-
-def fetch_rows(settings: MySQLSettings, layout: TableLayout,
-               keys: Sequence[Row]) -> list[tuple[Row, Row]]:
-    """The current rows for these keys (used to repair single documents)."""
-    if not keys:
-        return []
-    reader = RowReader(layout)
-    key_columns = [c.name for c in layout.key]
-    tuple_sql = "(" + ", ".join(_quote(c) for c in key_columns) + ")"
-    marks = ", ".join("(" + ", ".join(["%s"] * len(key_columns)) + ")" for _ in keys)
-    args = [k[c] for k in keys for c in key_columns]
-    conn = connect(settings, layout.database)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(reader.select(f"WHERE {tuple_sql} IN ({marks})"), args)
-            return [reader.row(raw) for raw in cur.fetchall()]
-    finally:
-        conn.close()
 
 
 def row_count_estimate(settings: MySQLSettings, layout: TableLayout) -> int:
