@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from elasticsearch import AsyncElasticsearch
+from elasticsearch.helpers import async_scan
 
 from indexer.config import Config, TableConfig
 from indexer.documents import META_FIELD
@@ -19,6 +21,8 @@ from indexer.mappings import (
 )
 
 log = logging.getLogger(__name__)
+
+PURGE_BATCH = 2000
 
 
 def definition_for(config: Config, table: TableConfig) -> IndexDefinition:
@@ -78,16 +82,31 @@ async def ensure_table_index(client: AsyncElasticsearch, config: Config,
 async def purge_tombstones(client: AsyncElasticsearch, alias: str, older_than_ms: int) -> int:
     """Deletes tombstones older than the retention window from every synced index.
 
-    Uses the documents' own versions (no external version): a row recreated meanwhile has a
-    newer document, which delete-by-query leaves alone on conflict.
+    Each delete is conditional on the tombstone's sequence number (``if_seq_no``): a row
+    recreated meanwhile has a newer document, which the conditional delete leaves alone.
+    Written with scan + bulk rather than delete-by-query, which minimal builds lack.
     """
-    response = await client.delete_by_query(
-        index=sync_alias(alias),
-        query={"bool": {"filter": [
-            {"term": {f"{META_FIELD}.deleted": True}},
-            {"range": {f"{META_FIELD}.deleted_at": {"lt": older_than_ms}}},
-        ]}},
-        conflicts="proceed",
-        refresh=True,
-    )
-    return int(response.body.get("deleted", 0))
+    query = {"bool": {"filter": [
+        {"term": {f"{META_FIELD}.deleted": True}},
+        {"range": {f"{META_FIELD}.deleted_at": {"lt": older_than_ms}}},
+    ]}}
+    purged = 0
+    actions: list[dict[str, Any]] = []
+
+    async def flush() -> int:
+        if not actions:
+            return 0
+        response = await client.bulk(operations=actions, refresh=True,
+                                     filter_path="items.*.status")
+        actions.clear()
+        return sum(1 for item in response.body.get("items", [])
+                   if item["delete"]["status"] == 200)
+
+    async for hit in async_scan(client, index=sync_alias(alias), query={
+            "query": query, "_source": False, "seq_no_primary_term": True}):
+        actions.append({"delete": {"_index": hit["_index"], "_id": hit["_id"],
+                                   "if_seq_no": hit["_seq_no"],
+                                   "if_primary_term": hit["_primary_term"]}})
+        if len(actions) >= PURGE_BATCH:
+            purged += await flush()
+    return purged + await flush()

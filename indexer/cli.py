@@ -12,6 +12,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from indexer import logs
 from indexer.config import Config, ConfigError, load_config
@@ -42,7 +43,7 @@ def _config(path: Path | None, level: str) -> Config:
     try:
         config = load_config(path)
     except ConfigError as exc:
-        err.print(f"[red]configuration error:[/red] {exc}")
+        err.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc
     logs.configure(config.log_format, level)
     return config
@@ -76,7 +77,7 @@ def check(config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
     cfg = _config(config, log_level)
     problems = _run(check_health(cfg))
     for problem in problems:
-        err.print(f"[red]unhealthy:[/red] {problem}")
+        err.print(f"[red]unhealthy:[/red] {escape(problem)}")
     if problems:
         raise typer.Exit(EXIT_DRIFT)
     err.print("[green]healthy[/green]")
@@ -178,7 +179,7 @@ def mappings_validate(config: ConfigOption = None) -> None:
             definition = definition_for(cfg, table)
             err.print(f"{table.name}: {definition.source} ok")
     except MappingError as exc:
-        err.print(f"[red]invalid mapping:[/red] {exc}")
+        err.print(f"[red]invalid mapping:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc
 
 
@@ -258,10 +259,10 @@ def _run(coro: Coroutine[object, object, T]) -> T:
     try:
         return asyncio.run(coro)
     except (ConfigError, MappingError, ReindexError, LookupError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc
     except Exception as exc:  # exit 1 means drift/unhealthy: errors must not look like it
-        err.print(f"[red]error:[/red] {type(exc).__name__}: {exc}")
+        err.print(f"[red]error:[/red] {type(exc).__name__}: {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc
 
 
