@@ -70,8 +70,10 @@ fail_with_log() {
   lf="$(log_file "$server")"
   printf '[stack] ERROR: %s %s. Last lines of %s:\n' "$server" "$why" "$lf" >&2
   if [[ -f "$lf" ]]; then tail -n 40 "$lf" >&2; fi
-  if [[ "$server" == elasticsearch && -f "$STACK_DIR/elasticsearch/stdout.log" ]]; then
-    tail -n 20 "$STACK_DIR/elasticsearch/stdout.log" >&2
+  # What the JVM or the process printed before its log was set up (bad options, crashes).
+  if [[ -s "$STACK_DIR/$server/stdout.log" ]]; then
+    printf '[stack] and of %s:\n' "$STACK_DIR/$server/stdout.log" >&2
+    tail -n 20 "$STACK_DIR/$server/stdout.log" >&2
   fi
   exit 1
 }

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
+import orjson
 from elasticsearch import AsyncElasticsearch
 
 from indexer.config import ConnectorSettings
@@ -16,12 +21,14 @@ from indexer.mappings import sync_alias
 from indexer.reindex import delete_old, reindex, rollback
 from indexer.source import mysql
 from tests.integration.conftest import (
+    REPO,
     all_events,
     documents,
     live_index,
     mysql_connect,
     running,
     sql,
+    unique,
     wait_for_documents,
     wait_for_topic,
 )
@@ -155,3 +162,41 @@ async def wait_until_three(es: AsyncElasticsearch, alias: str) -> None:
             pass
         await asyncio.sleep(0.2)
     raise AssertionError("the three rows never arrived")
+
+
+async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
+        es: AsyncElasticsearch, make_config: Any, tmp_path: Path) -> None:
+    table = unique("interrupted")
+    db = mysql_connect()
+    try:
+        sql(db, "CREATE DATABASE IF NOT EXISTS indexer_bench")
+        sql(db, f"CREATE TABLE indexer_bench.`{table}` ({COLUMNS})")
+        sql(db, f"INSERT INTO indexer_bench.`{table}` SELECT seq, 'n', 1.00, 1 "
+                "FROM seq_1_to_400000")
+        config_file = tmp_path / "indexer.toml"
+        alias = table.replace("_", "-")
+        (tmp_path / f"{alias}.json").write_bytes(orjson.dumps({}))
+        make_config({"name": f"indexer_bench.{table}", "alias": alias}, file=config_file)
+        command = [sys.executable, "-m", "indexer", "reindex", table, "-c", str(config_file)]
+        first = await asyncio.to_thread(subprocess.run, command, cwd=REPO, capture_output=True)
+        assert first.returncode == 0, first.stderr.decode()
+        live = await live_index(es, alias)
+        proc = await asyncio.create_subprocess_exec(*command, cwd=REPO,
+                                                    stderr=asyncio.subprocess.PIPE)
+        await asyncio.sleep(4)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode != 0
+        assert await live_index(es, alias) == live
+        synced = set((await es.indices.get_alias(name=sync_alias(alias))).body)
+        assert synced == {live}
+        indices = set((await es.indices.get(index=f"{alias}-v*")).body)
+        (half_built,) = indices - {live}
+        assert half_built in stderr.decode()
+        deleted = await asyncio.to_thread(
+            subprocess.run, [*command, "--delete-old"], cwd=REPO, capture_output=True)
+        assert deleted.returncode == 0 and half_built.encode() in deleted.stderr
+        assert set((await es.indices.get(index=f"{alias}-v*")).body) == {live}
+    finally:
+        sql(db, f"DROP TABLE IF EXISTS indexer_bench.`{table}`")
+        db.close()

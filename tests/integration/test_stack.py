@@ -1,12 +1,17 @@
 """The foundation: real Debezium events from MariaDB, and Elasticsearch's external versions."""
 
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from elasticsearch import AsyncElasticsearch, ConflictError
 
-from tests.integration.conftest import read_topic, sql, unique
+from tests.integration.conftest import REPO, read_topic, sql, unique
 
 
 def payload(value: bytes | None) -> dict[str, Any] | None:
@@ -78,3 +83,25 @@ async def test_external_versions_reject_lower_versions(es: AsyncElasticsearch) -
         assert (await es.get(index=index, id="1"))["_source"] == {"v": 6}
     finally:
         await es.indices.delete(index=index)
+
+
+def test_a_server_that_cannot_start_fails_up_at_once_with_its_log(tmp_path: Path) -> None:
+    env = {**os.environ, "STACK_DIR": str(tmp_path / "stack"), "KAFKA_HEAP": "not-a-size",
+           "KAFKA_PORT": str(free_port()), "KAFKA_CONTROLLER_PORT": str(free_port())}
+    started = time.monotonic()
+    result = subprocess.run([str(REPO / "dev" / "stack.sh"), "up", "kafka"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert time.monotonic() - started < 60
+    assert "kafka" in result.stderr and ("exited during start-up" in result.stderr
+                                         or "formatting Kafka storage failed" in result.stderr)
+    assert "heap" in result.stderr.lower()
+    status = subprocess.run([str(REPO / "dev" / "stack.sh"), "status"], env=env,
+                            capture_output=True, text=True, timeout=30)
+    assert "kafka          stopped" in status.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
