@@ -7,6 +7,7 @@ Every problem names the setting it comes from.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
@@ -135,7 +136,7 @@ class TableConfig:
     # Debezium type names for columns, needed only for messages without schemas.
     column_types: Mapping[str, str] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
         return f"{self.database}.{self.table}"
 

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
@@ -226,36 +226,39 @@ class Daemon:
 
     def _count(self, batch: Batch) -> None:
         """Metrics for a written batch, counted locally first: labels() is not cheap."""
-        events: Counter[tuple[str, str]] = Counter()
-        results: Counter[tuple[str, str]] = Counter()
+        counts: dict[tuple[str, str, str], int] = {}
+        for message in batch.messages:
+            op = message.op
+            outcome = ""  # dead letters are counted where they are sent
+            if op is None:
+                outcome = "skipped" if message.op_kind == "tombstone" else ""
+            elif op.outcome is Outcome.WRITTEN:
+                outcome = "deleted" if op.write.deleted else "indexed"
+            elif op.outcome is Outcome.STALE:
+                outcome = "stale"
+            key = (message.table.name, message.op_kind or "invalid", outcome)
+            counts[key] = counts.get(key, 0) + 1
+        m = self.metrics
+        results = {"skipped": m.skipped, "deleted": m.deleted, "indexed": m.indexed,
+                   "stale": m.stale}
+        for (table, op_kind, outcome), n in counts.items():
+            m.events.labels(table, op_kind).inc(n)
+            if outcome:
+                results[outcome].labels(table).inc(n)
+        # Per partition, messages come in commit order: the first is the oldest change.
         oldest: dict[str, int] = {}
         newest: dict[str, int] = {}
-        for message in batch.messages:
-            table = message.table.name
-            events[table, message.op_kind or "invalid"] += 1
-            op = message.op
-            if op is None:
-                if message.op_kind == "tombstone":
-                    results[table, "skipped"] += 1
-                continue
-            if op.outcome is Outcome.WRITTEN:
-                results[table, "deleted" if op.write.deleted else "indexed"] += 1
-            elif op.outcome is Outcome.STALE:
-                results[table, "stale"] += 1
-            if message.ts_ms:
-                oldest[table] = min(oldest.get(table, message.ts_ms), message.ts_ms)
-                newest[table] = max(newest.get(table, 0), message.ts_ms)
-        m = self.metrics
-        for (table, op_kind), n in events.items():
-            m.events.labels(table, op_kind).inc(n)
-        counters = {"skipped": m.skipped, "deleted": m.deleted, "indexed": m.indexed,
-                    "stale": m.stale}
-        for (table, result), n in results.items():
-            counters[result].labels(table).inc(n)
+        for first, last in _ends_per_partition(batch.messages):
+            table = first.table.name
+            if first.ts_ms:
+                oldest[table] = min(oldest.get(table, first.ts_ms), first.ts_ms)
+            if last.ts_ms:
+                newest[table] = max(newest.get(table, 0), last.ts_ms)
         now_ms = time.time() * 1000
         for table, ts in oldest.items():
             m.event_age.labels(table).observe(max(0.0, (now_ms - ts) / 1000))
-            m.freshness.labels(table).set(max(0.0, (now_ms - newest[table]) / 1000))
+        for table, ts in newest.items():
+            m.freshness.labels(table).set(max(0.0, (now_ms - ts) / 1000))
 
     async def _commit_done(self) -> None:
         """Commits the completed batches at the head of the queue, in order."""
@@ -315,6 +318,19 @@ class Daemon:
         await self._drain(self.config.batch.shutdown_grace_s)
         if self._failure is not None:
             raise self._failure
+
+
+def _ends_per_partition(messages: list[Message]) -> list[tuple[Message, Message]]:
+    """(first, last) message of each partition in a batch."""
+    ends: dict[tuple[str, int], list[Message]] = {}
+    for message in messages:
+        record = message.record
+        pair = ends.get((record.topic, record.partition))
+        if pair is None:
+            ends[record.topic, record.partition] = [message, message]
+        else:
+            pair[1] = message
+    return [(first, last) for first, last in ends.values()]
 
 
 def _tp(record: ConsumerRecord[bytes, bytes]) -> TopicPartition:

@@ -8,6 +8,7 @@ change consumed after it was added.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -211,8 +212,14 @@ class ElasticsearchSink:
 
 def action_line(index: str, write: Write, version_type: str = "external") -> bytes:
     # Formatted by hand: this runs once per document and orjson on a nested dict costs more.
-    return b'{"index":{"_index":%b,"_id":%b,"version":%d,"version_type":"%b"}}\n' % (
-        orjson.dumps(index), orjson.dumps(write.id), write.version, version_type.encode())
+    return b"%b%b,\"version\":%d,\"version_type\":\"%b\"}}\n" % (
+        _index_prefix(index), orjson.dumps(write.id), write.version, version_type.encode())
+
+
+@functools.lru_cache(maxsize=256)
+def _index_prefix(index: str) -> bytes:
+    return b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":'
+
 
 
 def connect(settings: ElasticsearchSettings) -> AsyncElasticsearch:
