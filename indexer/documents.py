@@ -166,12 +166,9 @@ class DocumentBuilder:
         document = self.document(row)
         doc = orjson.dumps(document)
         meta = {"hash": content_hash(document)}
-        if len(key) == 1:
-            (value,) = key.values()
-            if type(value) is int and MIN_LONG <= value <= MAX_VERSION:
-                meta["key"] = value
-            else:
-                meta["bucket"] = key_bucket(doc_id)
+        single = next(iter(key.values())) if len(key) == 1 else None
+        if type(single) is int and MIN_LONG <= single <= MAX_VERSION:
+            meta["key"] = single
         else:
             meta["bucket"] = key_bucket(doc_id)
         # Spliced rather than merged: the row may be the decoder's own dict, left untouched.

@@ -5,32 +5,30 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rich import progress as rich_progress
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total): what the cores report
+
+
+def no_progress(phase: str, done: int, total: int) -> None:
+    return None
 
 
 @contextmanager
-def reindex_progress(console: Console, name: str) -> Iterator[Callable[[str, int, int], None]]:
+def reindex_progress(console: Console, name: str) -> Iterator[Progress]:
     """A ``progress(phase, done, total)`` callback drawing one bar per phase."""
     columns = (
-        TextColumn("[bold]{task.description:<24}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]:>12}"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
+        rich_progress.TextColumn("[bold]{task.description:<24}"),
+        rich_progress.BarColumn(),
+        rich_progress.MofNCompleteColumn(),
+        rich_progress.TextColumn("{task.fields[rate]:>12}"),
+        rich_progress.TimeElapsedColumn(),
+        rich_progress.TextColumn("eta"),
+        rich_progress.TimeRemainingColumn(),
     )
-    with Progress(*columns, console=console, transient=False) as bars:
-        tasks: dict[str, TaskID] = {}
+    with rich_progress.Progress(*columns, console=console, transient=False) as bars:
+        tasks: dict[str, rich_progress.TaskID] = {}
 
         def update(phase: str, done: int, total: int) -> None:
             if phase not in tasks:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +40,7 @@ from indexer.documents import (
     tombstone,
 )
 from indexer.metrics import Metrics
+from indexer.progress import Progress, no_progress
 from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
 from indexer.source import mysql
 
@@ -53,13 +54,6 @@ SETTLE_S = 2.0
 # MySQL scans for the chunk sums run in this many key slices at once: one per core here.
 SCAN_PARALLEL = 2
 UNCHUNKED = -(2**63)  # the chunk of an id that cannot be an integer key
-
-Progress = Callable[[str, int, int], None]
-
-
-def _no_progress(phase: str, done: int, total: int) -> None:
-    return None
-
 
 @dataclass
 class ChunkDiff:
@@ -131,7 +125,7 @@ class _Plan:
 
 async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
                     settle_s: float = SETTLE_S, parallel: int = SCAN_PARALLEL,
-                    progress: Progress = _no_progress) -> Report:
+                    progress: Progress = no_progress) -> Report:
     started = time.monotonic()
     report = Report(table.name, table.alias, datetime.now(UTC).isoformat(timespec="seconds"))
     builder = DocumentBuilder(table)
@@ -151,23 +145,24 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
         report.chunks = len(chunks)
         differing = [c for c in chunks if _sums(sql_sums, c) != es_sums.get(c, (0, 0))]
         report.chunks_differing = len(differing)
-        found = await _compare(config, client, table, plan, differing, progress)
-        found.update(await _unchunked(config, client, table, plan))
+
+        async def differences(chunks: Sequence[int]) -> dict[str, str]:
+            found = await _compare(config, client, table, plan, chunks, progress)
+            found.update(await _unchunked(config, client, table, plan))
+            return found
+
+        found = await differences(differing)
         if found and settle_s > 0:
             # Changes made while we looked: give the daemon time, then look again.
             await asyncio.sleep(settle_s)
             await client.indices.refresh(index=table.alias)
-            again = await _compare(config, client, table, plan, _chunks_of(plan, found),
-                                   progress)
-            again.update(await _unchunked(config, client, table, plan))
+            again = await differences(_chunks_of(plan, found))
             report.rechecked = len(found)
             found = {i: kind for i, kind in again.items() if found.get(i) == kind}
         if repair and found:
             report.repaired = await _repair(config, sink, table, builder, plan, found)
             await client.indices.refresh(index=table.alias)
-            found = await _compare(config, client, table, plan, _chunks_of(plan, found),
-                                   progress)
-            found.update(await _unchunked(config, client, table, plan))
+            found = await differences(_chunks_of(plan, found))
         _fill(report, plan, found, sql_sums, es_sums)
     report.seconds = round(time.monotonic() - started, 3)
     return report
@@ -204,15 +199,11 @@ async def _sql_sums(config: Config, plan: _Plan, parallel: int) -> dict[int, mys
     if not plan.width or plan.low is None or plan.high is None or parallel <= 1:
         return await asyncio.to_thread(mysql.chunk_sums, config.mysql, plan.layout,
                                        plan.columns, plan.width)
-    first, last = plan.low // plan.width, plan.high // plan.width
-    step = max(1, (last - first + parallel) // parallel)
-    slices = [(start, min(start + step - 1, last)) for start in range(first, last + 1, step)]
-    # The outer slices are open-ended: rows inserted beyond the bounds read earlier count too.
-    bounds = [(None if i == 0 else a, None if i == len(slices) - 1 else b)
-              for i, (a, b) in enumerate(slices)]
+    # Whole chunks per slice; rows inserted beyond the bounds read earlier still count.
+    slices = mysql.open_slices(plan.low // plan.width, plan.high // plan.width, parallel)
     parts = await asyncio.gather(*(
         asyncio.to_thread(mysql.chunk_sums, config.mysql, plan.layout, plan.columns,
-                          plan.width, a, b) for a, b in bounds))
+                          plan.width, a, b) for a, b in slices))
     merged: dict[int, mysql.ChunkSum] = {}
     for part in parts:
         merged.update(part)

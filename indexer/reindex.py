@@ -20,7 +20,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +32,7 @@ from indexer.config import Config, TableConfig
 from indexer.documents import META_FIELD, DocumentBuilder, Write, pack_binlog_version
 from indexer.mappings import alias_of_index, swap_actions, sync_alias
 from indexer.metrics import Metrics
+from indexer.progress import Progress, no_progress
 from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
 from indexer.source import mysql
 
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 # Pages of rows waiting for the writers: bounds memory whatever the table's size.
 QUEUE_PAGES = 4
 
-Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
 class ReindexError(RuntimeError):
@@ -63,12 +62,8 @@ class ReindexResult:
     positions: list[str] = field(default_factory=list)
 
 
-def _no_progress(phase: str, done: int, total: int) -> None:
-    return None
-
-
 async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
-                  progress: Progress = _no_progress) -> ReindexResult:
+                  progress: Progress = no_progress) -> ReindexResult:
     started = time.monotonic()
     layout = await asyncio.to_thread(_layout, config, table)
     definition = definition_for(config, table)
@@ -200,14 +195,9 @@ def _ranges(config: Config, layout: mysql.TableLayout,
         snapshot.close()
     if bounds is None:
         return [("", ())]
-    low, high = bounds
-    step = max(1, (high - low + parallel) // parallel)
-    starts = list(range(low, high + 1, step))
-    # Each reader has its own snapshot, which may hold keys beyond [low, high]: the first
-    # and last ranges are open-ended so that no row falls between them.
-    return [mysql.key_range_where(layout, None if i == 0 else start,
-                                  None if i == len(starts) - 1 else start + step - 1)
-            for i, start in enumerate(starts)]
+    # Each reader has its own snapshot, which may hold keys beyond these bounds: the outer
+    # ranges are open-ended so that no row falls outside them.
+    return [mysql.key_range_where(layout, a, b) for a, b in mysql.open_slices(*bounds, parallel)]
 
 
 async def _copy_tombstones(sink: ElasticsearchSink, live: list[str], index: str,
@@ -217,9 +207,9 @@ async def _copy_tombstones(sink: ElasticsearchSink, live: list[str], index: str,
     copied = 0
     batch: list[Op] = []
     for old in live:
+        alias = alias_of_index(old) or old
         async for hit in async_scan(sink.client, index=old, version=True,
                                     query={"query": {"term": {f"{META_FIELD}.deleted": True}}}):
-            alias = alias_of_index(old) or old
             batch.append(Op(alias, Write(hit["_id"], hit["_version"],
                                          orjson.dumps(hit["_source"]), True), index=index))
             if len(batch) >= 2000:

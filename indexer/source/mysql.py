@@ -253,6 +253,15 @@ class Snapshot:
         self._conn.close()
 
 
+def open_slices(low: int, high: int, parts: int) -> list[tuple[int | None, int | None]]:
+    """[low, high] cut into up to ``parts`` consecutive inclusive slices; the first starts and
+    the last ends open (None), so values outside the bounds read earlier fall in one too."""
+    step = max(1, (high - low + parts) // parts)
+    starts = list(range(low, high + 1, step))
+    return [(None if i == 0 else start, None if i == len(starts) - 1 else start + step - 1)
+            for i, start in enumerate(starts)]
+
+
 def key_range_where(layout: TableLayout, low: int | None,
                     high: int | None) -> tuple[str, tuple[int, ...]]:
     """A WHERE clause for an integer key range; None leaves that end open."""
