@@ -326,3 +326,31 @@ async def wait_for_documents(es: AsyncElasticsearch, alias: str,
             f"{alias}: {len(last)} docs, {len(expected)} expected; missing {missing}, "
             f"extra {extra}, differ {[(k, last[k], expected[k]) for k in differ]}"
         ) from None
+
+
+# The table most tests use, its rows as documents, and a quick way to fill it.
+COLUMNS = "id INT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2), qty INT"
+
+
+def expected_rows(db: Any, table: str) -> dict[str, dict[str, Any]]:
+    rows = sql(db, f"SELECT id, name, price, qty FROM `{table}` ORDER BY id")
+    return {str(r[0]): {"id": r[0], "name": r[1], "price": f"{r[2]:.2f}", "qty": r[3]}
+            for r in rows}
+
+
+def insert_rows(db: Any, table: str, first: int, last: int, chunk: int = 1000) -> None:
+    with db.cursor() as cur:
+        for start in range(first, last + 1, chunk):
+            rows = [(i, f"name {i}", i % 1000, i % 7)
+                    for i in range(start, min(start + chunk, last + 1))]
+            cur.executemany(f"INSERT INTO `{table}` VALUES (%s, %s, %s, %s)", rows)
+
+
+@contextlib.asynccontextmanager
+async def caught_up(db: Any, es: AsyncElasticsearch, table: TestTable, config: Config,
+                    timeout: float = 60) -> AsyncIterator[Daemon]:
+    """The daemon running, once every row of the table already written is in the index."""
+    await wait_for_topic(table.topic)
+    async with running(config) as daemon:
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout)
+        yield daemon

@@ -15,7 +15,9 @@ import orjson
 from elasticsearch import AsyncElasticsearch
 
 from tests.integration.conftest import (
+    COLUMNS,
     REPO,
+    expected_rows,
     produce,
     raw_documents,
     sql,
@@ -23,7 +25,6 @@ from tests.integration.conftest import (
     wait_for_topic,
     wait_until,
 )
-from tests.integration.test_daemon import COLUMNS, expected_rows
 from tests.integration.test_failures import DaemonProcess
 
 

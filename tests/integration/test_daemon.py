@@ -11,11 +11,14 @@ from elasticsearch import AsyncElasticsearch
 
 from indexer.dlq import DeadLetter
 from tests.integration.conftest import (
+    COLUMNS,
     all_events,
+    caught_up,
     committed_offsets,
     create_topic,
     documents,
     end_offsets,
+    expected_rows,
     live_index,
     produce,
     raw_documents,
@@ -28,14 +31,6 @@ from tests.integration.conftest import (
     wait_until,
 )
 
-COLUMNS = "id INT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2), qty INT"
-
-
-def expected_rows(db: Any, table: str) -> dict[str, dict[str, Any]]:
-    rows = sql(db, f"SELECT id, name, price, qty FROM `{table}` ORDER BY id")
-    return {str(r[0]): {"id": r[0], "name": r[1], "price": f"{r[2]:.2f}", "qty": r[3]}
-            for r in rows}
-
 
 def counter(daemon: Any, name: str, table: str) -> float:
     value = daemon.metrics.registry.get_sample_value(f"indexer_{name}_total", {"table": table})
@@ -46,9 +41,7 @@ async def test_insert_update_delete_and_key_change(db: Any, es: AsyncElasticsear
                                                    make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     sql(db, f"INSERT INTO `{table.name}` VALUES (1, 'tea', 7.90, 3), (2, 'mug', 14.00, 1)")
-    await wait_for_topic(table.topic)
-    async with running(make_config(table.entry())) as daemon:
-        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    async with caught_up(db, es, table, make_config(table.entry())) as daemon:
         sql(db, f"UPDATE `{table.name}` SET name = 'green tea', price = 8.10 WHERE id = 1")
         sql(db, f"DELETE FROM `{table.name}` WHERE id = 2")
         sql(db, f"INSERT INTO `{table.name}` VALUES (5, 'pot', 49.99, 2)")
@@ -74,10 +67,9 @@ async def test_replaying_the_whole_topic_changes_nothing(db: Any, es: AsyncElast
         sql(db, f"INSERT INTO `{table.name}` VALUES (%s, %s, %s, %s)", i, f"n{i}", i, i)
     sql(db, f"UPDATE `{table.name}` SET qty = qty + 100 WHERE id <= 10")
     sql(db, f"DELETE FROM `{table.name}` WHERE id > 25")
-    await wait_for_topic(table.topic)
     config = make_config(table.entry())
-    async with running(config):
-        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    async with caught_up(db, es, table, config):
+        pass  # a first daemon indexes every row, then stops
     before = await raw_documents(es, table.alias)
     # A new consumer group reads the topic again from the start: every write is stale.
     replay = make_config(table.entry(), kafka={"group_id": unique("it-replay")})
@@ -124,9 +116,7 @@ async def test_delete_then_stale_update_after_gc_deletes_stays_deleted(
     sql(db, f"INSERT INTO `{table.name}` VALUES (1, 'a', 1, 1), (2, 'b', 2, 2)")
     sql(db, f"UPDATE `{table.name}` SET qty = 10 WHERE id = 1")
     sql(db, f"DELETE FROM `{table.name}` WHERE id = 1")
-    await wait_for_topic(table.topic)
-    async with running(make_config(table.entry())):
-        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    async with caught_up(db, es, table, make_config(table.entry())):
         index = await live_index(es, table.alias)
         # Versioned deletes are forgotten after gc_deletes: make that immediate.
         await es.indices.put_settings(index=index, settings={"index.gc_deletes": "0s"})

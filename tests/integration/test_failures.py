@@ -18,13 +18,17 @@ import pytest
 from elasticsearch import AsyncElasticsearch
 
 from tests.integration.conftest import (
+    COLUMNS,
     REPO,
     all_events,
+    caught_up,
     committed_offsets,
     count,
     create_topic,
     documents,
     end_offsets,
+    expected_rows,
+    insert_rows,
     live_index,
     produce,
     raw_documents,
@@ -32,18 +36,8 @@ from tests.integration.conftest import (
     sql,
     unique,
     wait_for_documents,
-    wait_for_topic,
     wait_until,
 )
-from tests.integration.test_daemon import COLUMNS, expected_rows
-
-
-def insert_rows(db: Any, table: str, first: int, last: int, chunk: int = 1000) -> None:
-    with db.cursor() as cur:
-        for start in range(first, last + 1, chunk):
-            rows = [(i, f"name {i}", i % 1000, i % 7)
-                    for i in range(start, min(start + chunk, last + 1))]
-            cur.executemany(f"INSERT INTO `{table}` VALUES (%s, %s, %s, %s)", rows)
 
 
 class DaemonProcess:
@@ -144,10 +138,8 @@ async def test_elasticsearch_down_30s_then_back_loses_nothing_and_deletes_stay(
     insert_rows(db, table.name, 1, 50)
     sql(db, f"UPDATE `{table.name}` SET qty = 99 WHERE id = 1")
     sql(db, f"DELETE FROM `{table.name}` WHERE id = 1")
-    await wait_for_topic(table.topic)
     config = make_config(table.entry())
-    async with running(config) as daemon:
-        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    async with caught_up(db, es, table, config) as daemon:
         stack("down", "elasticsearch")
         try:
             down_at = time.monotonic()
@@ -175,10 +167,8 @@ async def test_elasticsearch_answering_429_holds_commits_then_catches_up(
         db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 10)
-    await wait_for_topic(table.topic)
     config = make_config(table.entry())
-    async with running(config) as daemon:
-        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    async with caught_up(db, es, table, config) as daemon:
         ends = await end_offsets(table.topic)
         await wait_until(lambda: _committed(config.kafka.group_id, table.topic, ends), 30,
                          "first commit")

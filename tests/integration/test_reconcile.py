@@ -15,15 +15,15 @@ from elasticsearch import AsyncElasticsearch
 
 from indexer.reconcile import reconcile
 from tests.integration.conftest import (
+    COLUMNS,
     REPO,
+    caught_up,
+    expected_rows,
+    insert_rows,
     live_index,
-    running,
     sql,
     wait_for_documents,
-    wait_for_topic,
 )
-from tests.integration.test_daemon import COLUMNS, expected_rows
-from tests.integration.test_failures import insert_rows
 from tests.integration.test_reindex import busy_writer
 
 
@@ -55,10 +55,9 @@ async def test_drift_behind_the_pipelines_back_is_found_exactly_and_repaired(
         tmp_path: Path) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 3000)
-    await wait_for_topic(table.topic)
     config = make_config(table.entry())
-    async with running(config):
-        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    async with caught_up(db, es, table, config):
+        pass  # a first daemon indexes every row, then stops
     clean = await reconcile(config, config.tables[0], settle_s=0)
     assert clean.clean and clean.rows == clean.documents == 3000
     assert clean.chunks >= 1 and clean.chunks_differing == 0
@@ -105,10 +104,8 @@ async def test_live_writes_are_rechecked_not_reported(db: Any, es: AsyncElastics
                                                       make_config: Any) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 20000)
-    await wait_for_topic(table.topic)
     config = make_config(table.entry())
-    async with running(config):
-        await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
+    async with caught_up(db, es, table, config, timeout=120):
         stop = threading.Event()
         writer = asyncio.create_task(asyncio.to_thread(busy_writer, table.name, stop, 20001, 2))
         checking = asyncio.create_task(reconcile(config, config.tables[0], settle_s=3))

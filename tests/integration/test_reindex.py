@@ -21,19 +21,20 @@ from indexer.mappings import sync_alias
 from indexer.reindex import delete_old, reindex, rollback
 from indexer.source import mysql
 from tests.integration.conftest import (
+    COLUMNS,
     REPO,
     all_events,
+    caught_up,
     documents,
+    expected_rows,
+    insert_rows,
     live_index,
     mysql_connect,
     running,
     sql,
     unique,
     wait_for_documents,
-    wait_for_topic,
 )
-from tests.integration.test_daemon import COLUMNS, expected_rows
-from tests.integration.test_failures import insert_rows
 from tests.integration.test_types import COLUMNS as TYPE_COLUMNS
 from tests.integration.test_types import MAPPING as TYPE_MAPPING
 from tests.integration.test_types import insert_every_type
@@ -66,10 +67,8 @@ async def test_reindex_while_writing_and_streaming_ends_equal_to_mysql(
         db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 30000)
-    await wait_for_topic(table.topic)
     config = make_config(table.entry())
-    async with running(config):
-        await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
+    async with caught_up(db, es, table, config, timeout=120):
         old = await live_index(es, table.alias)
         stop = threading.Event()
         writer = asyncio.create_task(asyncio.to_thread(busy_writer, table.name, stop, 30001, 1))
@@ -97,10 +96,8 @@ async def test_rollback_and_delete_old(db: Any, es: AsyncElasticsearch, make_tab
                                        make_config: Any) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 200)
-    await wait_for_topic(table.topic)
     config = make_config(table.entry())
-    async with running(config):
-        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    async with caught_up(db, es, table, config):
         old = await live_index(es, table.alias)
         result = await reindex(config, config.tables[0])
         assert await live_index(es, table.alias) == result.index
