@@ -1,8 +1,8 @@
 """Canonical JSON values for MySQL column types.
 
-Both paths into a document end here: a Debezium event (after decoding its logical type) and a
-row read from MySQL directly. Keeping one formatter per type is what makes the document a
-reindex builds equal, byte for byte, to the one the daemon builds from the event.
+A Debezium event's logical types are decoded here. A row read from MySQL arrives already in
+these forms: the server writes them (``indexer.source.mysql.value_sql``), and the reindex
+tests check that both paths give the same document, byte for byte.
 
 Representations (what a user sees in ``_source``):
   DECIMAL            exact string at the column's scale: "-12.50"
@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 
 EPOCH = datetime(1970, 1, 1)
 EPOCH_DATE = date(1970, 1, 1)
@@ -38,16 +37,6 @@ def decimal_from_unscaled(unscaled: int, scale: int) -> str:
     return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
 
 
-def format_decimal(value: Decimal, scale: int) -> str:
-    """Exact at any precision (DECIMAL(65,30) exceeds the default decimal context)."""
-    sign, digits, exponent = value.as_tuple()
-    if not isinstance(exponent, int):
-        raise ValueError(f"not a finite decimal: {value}")
-    unscaled = int("".join(map(str, digits)) or "0")
-    shift = exponent + scale
-    unscaled = unscaled * 10**shift if shift >= 0 else unscaled // 10**-shift
-    return decimal_from_unscaled(-unscaled if sign else unscaled, scale)
-
 
 def decimal_from_base64(text: str, scale: int) -> str:
     """Kafka Connect's Decimal: big-endian two's-complement bytes of the unscaled value."""
@@ -61,9 +50,6 @@ def unscaled_from_base64(text: str) -> int:
         raise ValueError(f"not base64 decimal bytes: {text!r}") from exc
     return int.from_bytes(raw, "big", signed=True)
 
-
-def format_date(value: date) -> str:
-    return value.isoformat()
 
 
 def date_from_days(days: int) -> str:
@@ -108,28 +94,16 @@ def time_from_micros(micros: int, fsp: int) -> str:
     return text
 
 
-def format_time(value: timedelta, fsp: int) -> str:
-    return time_from_micros(
-        (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds, fsp
-    )
-
 
 def bits_from_base64_le(text: str) -> int:
     """Debezium's Bits: the bit string as little-endian bytes."""
     return int.from_bytes(base64.b64decode(text), "little")
 
 
-def bits_from_bytes_be(raw: bytes) -> int:
-    """MySQL's wire format for BIT(n): big-endian bytes."""
-    return int.from_bytes(raw, "big")
-
 
 def set_members(text: str) -> list[str]:
     return text.split(",") if text else []
 
-
-def binary_to_base64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")
 
 
 def unsigned_from_signed_long(value: int) -> int:

@@ -1,6 +1,6 @@
 import itertools
 
-from indexer.source.mysql import open_slices
+from indexer.source.mysql import Column, RowReader, TableLayout, open_slices
 
 
 def test_open_slices_cover_everything_once() -> None:
@@ -11,3 +11,38 @@ def test_open_slices_cover_everything_once() -> None:
     assert slices[0][0] is None and slices[-1][1] is None
     for (_, end), (start, _) in itertools.pairwise(slices):
         assert end is not None and start == end + 1
+
+
+def _layout() -> TableLayout:
+    return TableLayout("db", "t", (
+        Column("id", "bigint", "bigint(20) unsigned", 0, 1),
+        Column("born", "year", "year(4)", 0, 0),
+        Column("ratio", "float", "float", 0, 0),
+        Column("flag", "bit", "bit(1)", 0, 0),
+        Column("mask", "bit", "bit(10)", 0, 0),
+        Column("tags", "set", "set('a','b')", 0, 0),
+        Column("doc", "json", "longtext", 0, 0),
+        Column("at", "datetime", "datetime(3)", 3, 0),
+        Column("price", "decimal", "decimal(10,2)", 2, 0),
+    ))
+
+
+def test_rows_arrive_as_one_json_array_of_canonical_values() -> None:
+    reader = RowReader(_layout())
+    sql = reader.select("WHERE `id` > %s")
+    assert sql.startswith("SELECT JSON_ARRAY(`id`, CAST(`born` AS SIGNED), CAST(`ratio` AS CHAR)")
+    assert sql.endswith("FROM `db`.`t` WHERE `id` > %s ORDER BY `id`")
+    key, row = reader.row(('[18446744073709551615, 0, "0.1", 1, 682, "a,b", '
+                           '"{\\"b\\": 1, \\"a\\": [1]}", "2024-01-02T03:04:05.120", "-1.50"]',))
+    assert key == {"id": 18446744073709551615}
+    assert row == {"id": 18446744073709551615, "born": 0, "ratio": 0.1, "flag": True,
+                   "mask": 682, "tags": ["a", "b"], "doc": {"b": 1, "a": [1]},
+                   "at": "2024-01-02T03:04:05.120", "price": "-1.50"}
+    assert list(row["doc"]) == ["b", "a"]  # JSON keeps the stored order, like the event's
+
+
+def test_zero_dates_are_null_and_nulls_stay_null() -> None:
+    reader = RowReader(_layout())
+    assert "IF(YEAR(`at`) = 0 OR MONTH(`at`) = 0 OR DAYOFMONTH(`at`) = 0, NULL" in reader.select()
+    _, row = reader.row(("[1, null, null, null, null, null, null, null, null]",))
+    assert set(row.values()) == {1, None}
