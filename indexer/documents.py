@@ -21,6 +21,7 @@ from indexer.config import TableConfig, VersionSource
 from indexer.events import Change, DecodeError
 
 META_FIELD = "_indexer"  # the indexer's own fields inside every document
+_META_NAME = META_FIELD.encode()
 # Elasticsearch refuses ids over 512 bytes.
 MAX_ID_BYTES = 512
 
@@ -165,15 +166,16 @@ class DocumentBuilder:
         """The document, plus ``_indexer``: its content hash and chunk for reconciliation."""
         document = self.document(row)
         doc = orjson.dumps(document)
-        meta = {"hash": content_hash(document)}
         single = next(iter(key.values())) if len(key) == 1 else None
         if type(single) is int and MIN_LONG <= single <= MAX_VERSION:
-            meta["key"] = single
+            chunk, number = b"key", single
         else:
-            meta["bucket"] = key_bucket(doc_id)
-        # Spliced rather than merged: the row may be the decoder's own dict, left untouched.
-        tail = b'"' + META_FIELD.encode() + b'":' + orjson.dumps(meta) + b"}"
-        return doc[:-1] + (b"," if len(doc) > 2 else b"") + tail
+            chunk, number = b"bucket", key_bucket(doc_id)
+        # Spliced in by hand rather than merged: the row may be the decoder's own dict, left
+        # untouched, and this runs once per document.
+        return b'%b%b"%b":{"hash":%d,"%b":%d}}' % (
+            doc[:-1], b"," if len(doc) > 2 else b"", _META_NAME, content_hash(document), chunk,
+            number)
 
     def row_version(self, row: Mapping[str, Any]) -> int:
         """A column version read straight from the row (reindex and reconcile)."""
@@ -224,8 +226,9 @@ def hash_text(value: Any) -> str:
 
 def content_hash(doc: Mapping[str, Any]) -> int:
     """CRC32 of the '#'-joined values, like pt-table-checksum's per-row checksum."""
-    # Strings, the common case, skip the call (this runs once per document).
-    texts = [v if type(v) is str else hash_text(v) for v in doc.values()]
+    # Strings and integers, the common cases, skip the call (this runs once per document).
+    texts = [v if (t := type(v)) is str else str(v) if t is int else hash_text(v)
+             for v in doc.values()]
     return zlib.crc32("#".join(texts).encode())
 
 

@@ -105,6 +105,8 @@ def field_converter(schema: Mapping[str, Any]) -> Converter | None:
     if name in _TEMPORAL:
         format_micros, multiply, divide, default_fsp = _TEMPORAL[name]
         fsp = _fsp(params, default_fsp)
+        if multiply == divide == 1:  # microseconds already: the usual encoding
+            return lambda v: format_micros(v, fsp)
         return lambda v: format_micros(v * multiply // divide, fsp)
     if name == "io.debezium.time.ZonedTimestamp":
         fsp = _fsp(params, 6)
@@ -293,7 +295,9 @@ class EnvelopeDecoder:
             message = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise DecodeError("undecodable", f"not JSON: {exc}") from exc
-        if isinstance(message, dict) and message.keys() == {"schema", "payload"}:
+        if type(message) is dict and len(message) == 2 and "payload" in message and (
+            "schema" in message
+        ):
             return message["payload"], plan_for(message["schema"], plans._row_schema)
         return message, self._schemaless_plan
 
@@ -313,15 +317,15 @@ def _envelope_row_schema(envelope_schema: dict[str, Any]) -> dict[str, Any]:
 
 def _position(envelope: Mapping[str, Any]) -> Position:
     source = envelope.get("source")
-    if not isinstance(source, dict):
+    if type(source) is not dict:
         raise DecodeError("undecodable", "the envelope has no source block")
     try:
         return Position(
-            file=str(source.get("file") or ""),
-            pos=int(source.get("pos") or 0),
-            row=int(source.get("row") or 0),
-            ts_ms=int(source.get("ts_ms") or envelope.get("ts_ms") or 0),
-            snapshot=source.get("snapshot") not in (None, False, "false"),
+            str(source.get("file") or ""),
+            int(source.get("pos") or 0),
+            int(source.get("row") or 0),
+            int(source.get("ts_ms") or envelope.get("ts_ms") or 0),
+            source.get("snapshot") not in (None, False, "false"),
         )
     except (TypeError, ValueError) as exc:
         raise DecodeError("undecodable", f"bad source block: {exc}") from exc

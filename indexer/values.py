@@ -63,7 +63,11 @@ def format_datetime(value: datetime, fsp: int) -> str:
 
 
 def datetime_from_micros(micros: int, fsp: int) -> str:
-    return format_datetime(EPOCH + timedelta(microseconds=int(micros)), fsp)
+    text = (EPOCH + timedelta(0, 0, int(micros))).isoformat()
+    if fsp == 0:
+        return text[:19]
+    # isoformat leaves out a zero fraction; the column's digits are always there.
+    return (text if len(text) > 19 else text + ".000000")[: 20 + fsp]
 
 
 def format_timestamp(value: datetime, fsp: int) -> str:

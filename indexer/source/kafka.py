@@ -54,6 +54,7 @@ class KafkaSource:
             auto_offset_reset=s.auto_offset_reset,
             max_partition_fetch_bytes=s.max_partition_fetch_bytes,
             fetch_max_bytes=s.fetch_max_bytes,
+            check_crcs=s.check_crcs,
             isolation_level="read_committed",
             metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )

@@ -22,8 +22,10 @@ def test_file_plus_environment(tmp_path: Path) -> None:
                     '[[tables]]\nname = "shop.items"\nversion = "column:updated_at"\n'
                     'rename = { name = "title" }\n')
     config = load_config(path, {"INDEXER_KAFKA__GROUP_ID": "b", "INDEXER_BATCH__LINGER_MS": "5",
-                                "INDEXER_ELASTICSEARCH__HOSTS": "http://a:1,http://b:2"})
+                                "INDEXER_ELASTICSEARCH__HOSTS": "http://a:1,http://b:2",
+                                "INDEXER_KAFKA__CHECK_CRCS": "true"})
     assert config.kafka.group_id == "b"
+    assert config.kafka.check_crcs is True
     assert (config.batch.max_events, config.batch.linger_ms) == (10, 5)
     assert config.elasticsearch.hosts == ("http://a:1", "http://b:2")
     assert config.tables[0].version.column == "updated_at"
