@@ -181,6 +181,9 @@ class RowReader:
             if converted[i] is not None:
                 converted[i] = finish(converted[i])
         row = dict(zip(self.names, converted, strict=True))
+        if len(self._key_index) == 1:
+            name = self.names[self._key_index[0]]
+            return {name: row[name]}, row
         return {self.names[i]: converted[i] for i in self._key_index}, row
 
     def select(self, where: str = "") -> str:
