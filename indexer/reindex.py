@@ -151,16 +151,17 @@ async def _load(config: Config, table: TableConfig, layout: mysql.TableLayout,
     async def writer() -> None:
         while (ops := await queue.get()) is not None:
             await sink.write(ops)
-            for op in ops:
-                result.rows += 1
-                if op.outcome is Outcome.WRITTEN:
-                    result.written += 1
-                elif op.outcome is Outcome.STALE:
-                    result.stale += 1
-                else:
-                    result.failed += 1
-                    log.error("row %s refused: %s: %s", op.write.id, op.error_kind,
-                              op.error_reason)
+            outcomes = [op.outcome for op in ops]
+            written, stale = outcomes.count(Outcome.WRITTEN), outcomes.count(Outcome.STALE)
+            result.rows += len(ops)
+            result.written += written
+            result.stale += stale
+            if written + stale < len(ops):
+                for op in ops:
+                    if op.outcome is not Outcome.WRITTEN and op.outcome is not Outcome.STALE:
+                        result.failed += 1
+                        log.error("row %s refused: %s: %s", op.write.id, op.error_kind,
+                                  op.error_reason)
             progress("load", result.rows, 0)
 
     writers = [asyncio.create_task(writer()) for _ in range(config.batch.in_flight)]

@@ -73,7 +73,7 @@ class NoTargetError(TransientError):
 
 @dataclass
 class _Round:
-    """One bulk request: (op, index) per action, in request order, and the NDJSON parts."""
+    """One bulk request: (op, index) per action, in request order, and its NDJSON lines."""
 
     lines: list[tuple[Op, str]] = field(default_factory=list)
     parts: list[bytes] = field(default_factory=list)
@@ -152,10 +152,11 @@ class ElasticsearchSink:
             op.attempts += 1
             for index in targets[op.alias] if op.index is None else (op.index,):
                 lines.append((op, index))
-                parts += (action_line(index, op.write, op.version_type), op.write.source, b"\n")
+                parts += (action_line(index, op.write, op.version_type), op.write.source)
         started = perf_counter()
         try:
-            response = await self.client.bulk(operations=b"".join(parts),  # type: ignore[arg-type]
+            body = b"\n".join(parts) + b"\n"  # NDJSON: action, document, action, ...
+            response = await self.client.bulk(operations=body,  # type: ignore[arg-type]
                                                filter_path=BULK_FILTER)
         except ApiError as exc:
             if exc.meta.status in RETRY_STATUSES or exc.meta.status >= 500:
@@ -212,7 +213,7 @@ class ElasticsearchSink:
 
 def action_line(index: str, write: Write, version_type: str = "external") -> bytes:
     # Formatted by hand: this runs once per document and orjson on a nested dict costs more.
-    return b"%b%b,\"version\":%d,\"version_type\":\"%b\"}}\n" % (
+    return b"%b%b,\"version\":%d,\"version_type\":\"%b\"}}" % (
         _index_prefix(index), orjson.dumps(write.id), write.version, version_type.encode())
 
 
