@@ -51,6 +51,32 @@ def _pids(server: str) -> list[int]:
     return [pid, *map(int, children.split())]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds a running process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(server: str) -> float:
+    """CPU seconds of a running stack server and its child processes."""
+    return sum(cpu_seconds(pid) for pid in _pids(server))
+
+
+class Busy:
+    """How busy each server was over a measured window: CPU seconds / wall seconds."""
+
+    def __init__(self, *servers: str) -> None:
+        self._servers = servers
+        self._start = {s: server_cpu(s) for s in servers}
+        self._started = time.perf_counter()
+
+    def report(self, **clients: float) -> str:
+        """``clients`` maps names to CPU seconds used in the window by other processes."""
+        wall = time.perf_counter() - self._started
+        used = {s: server_cpu(s) - self._start[s] for s in self._servers} | clients
+        return ", ".join(f"{name} {seconds / wall:.0%}" for name, seconds in used.items())
+
+
 def pin(server: str, cpus: str) -> None:
     """Moves every thread of a running stack server to ``cpus`` (taskset -a)."""
     for pid in _pids(server):

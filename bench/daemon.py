@@ -32,9 +32,11 @@ from bench.common import (
     DATABASE,
     ES,
     KAFKA,
+    Busy,
     Events,
     capture_template,
     chunks,
+    cpu_seconds,
     mysql,
     peak_rss_mb,
     pin_protocol,
@@ -116,8 +118,10 @@ def write_config(folder: Path, table: str, topic: str, schemas: bool) -> tuple[P
     return path, group
 
 
-async def run_daemon(table: str, topic: str, n: int, schemas: bool) -> tuple[float, float]:
-    """(docs/s, peak RSS in MB) of `indexer run` draining the topic."""
+async def run_daemon(table: str, topic: str, n: int,
+                     schemas: bool) -> tuple[float, float, str]:
+    """(docs/s, peak RSS in MB, how busy each process was) of `indexer run` draining the
+    topic."""
     with tempfile.TemporaryDirectory() as tmp:
         config, group = write_config(Path(tmp), table, topic, schemas)
         proc = await asyncio.create_subprocess_exec(
@@ -130,10 +134,12 @@ async def run_daemon(table: str, topic: str, n: int, schemas: bool) -> tuple[flo
                 if not line:
                     raise RuntimeError("indexer run exited before it started")
             started = time.perf_counter()
+            busy, daemon_cpu = Busy("elasticsearch", "kafka"), cpu_seconds(proc.pid)
             drain = asyncio.create_task(_drain(proc.stderr))
             while await committed(group, topic) < n:  # noqa: ASYNC110 - polls Kafka
                 await asyncio.sleep(0.05)
             elapsed = time.perf_counter() - started
+            load = busy.report(indexer=cpu_seconds(proc.pid) - daemon_cpu)
             rss = peak_rss_mb(proc.pid)  # taskset execs the daemon: same pid
             proc.terminate()
             await proc.wait()
@@ -144,7 +150,7 @@ async def run_daemon(table: str, topic: str, n: int, schemas: bool) -> tuple[flo
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-    return n / elapsed, rss
+    return n / elapsed, rss, load
 
 
 async def _drain(stream: asyncio.StreamReader) -> list[str]:
@@ -164,13 +170,14 @@ async def main(n: int, modes: list[bool]) -> None:
             topic = unique("bench-events")
             size = await produce_events(topic, events, n, schemas)
             before = await raw_ceiling(events, n)
-            rate, rss = await run_daemon(table, topic, n, schemas)
+            rate, rss, load = await run_daemon(table, topic, n, schemas)
             after = await raw_ceiling(events, n)
             ceiling = max(before, after)  # the higher: a ceiling, and noisy here
             label = "with schemas" if schemas else "without schemas"
             print(f"{label:>16}: {n} events, {size / n:.0f} B/event | raw _bulk ceiling "
                   f"{before:,.0f} / {after:,.0f} docs/s | indexer run {rate:,.0f} docs/s | "
-                  f"ratio {rate / ceiling:.2f} | daemon peak RSS {rss:.0f} MB", flush=True)
+                  f"ratio {rate / ceiling:.2f} | daemon peak RSS {rss:.0f} MB | CPU busy: {load}",
+                  flush=True)
             await _delete_topic(topic)
         with db.cursor() as cur:
             cur.execute(f"DROP TABLE `{table}`")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import resource
 import sys
 import tempfile
 import time
@@ -27,6 +28,7 @@ from bench.common import (
     BENCH_MAPPING,
     CLIENT_CORE,
     ES,
+    Busy,
     Events,
     mysql,
     peak_rss_mb,
@@ -61,8 +63,9 @@ def create_table(rows: int) -> str:
     return table
 
 
-async def run_reindex(table: str, parallel: int) -> tuple[float, float, str]:
-    """(seconds, peak RSS MB, summary line) of `indexer reindex` in a child process."""
+async def run_reindex(table: str, parallel: int) -> tuple[float, float, str, str]:
+    """(seconds, peak RSS MB, summary line, how busy each process was) of `indexer reindex`
+    in a child process."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         alias = unique("bench-reindex").lower().replace("_", "-")
@@ -74,6 +77,7 @@ async def run_reindex(table: str, parallel: int) -> tuple[float, float, str]:
             f'[[tables]]\nname = "{BENCH_DATABASE}.{table}"\nalias = "{alias}"\n')
         output = folder / "reindex.log"
         started = time.perf_counter()
+        busy, children = Busy("elasticsearch", "mariadb"), _children_cpu()
         with output.open("wb") as log:
             proc = await asyncio.create_subprocess_exec(
                 "taskset", "-c", CLIENT_CORE, sys.executable, "-m", "indexer", "reindex", table,
@@ -85,13 +89,19 @@ async def run_reindex(table: str, parallel: int) -> tuple[float, float, str]:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(proc.wait(), 0.5)
         elapsed = time.perf_counter() - started
+        load = busy.report(indexer=_children_cpu() - children)
         text = output.read_text(errors="replace")
         if proc.returncode != 0:
             raise RuntimeError(f"indexer reindex failed:\n{text[-3000:]}")
         summary = next((line for line in text.splitlines() if "rows in" in line), "")
         async with aiohttp.ClientSession(base_url=ES) as http:
             await (await http.delete(f"/{alias}-v*")).read()
-    return elapsed, rss, summary.strip()
+    return elapsed, rss, summary.strip(), load
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def main(rows: int, parallel: int) -> None:
@@ -103,13 +113,13 @@ async def main(rows: int, parallel: int) -> None:
         n = min(rows, CEILING_DOCS)
         # The reindex loads with refresh off; so does its ceiling.
         before = await raw_ceiling(events, n, load_settings())
-        seconds, rss, summary = await run_reindex(table, parallel)
+        seconds, rss, summary, load = await run_reindex(table, parallel)
         after = await raw_ceiling(events, n, load_settings())
         rate = rows / seconds
         ceiling = max(before, after)  # the higher: a ceiling, and noisy here
         print(f"reindex {rows:,} rows, --parallel {parallel} | raw _bulk ceiling {before:,.0f} / "
               f"{after:,.0f} docs/s | indexer reindex {rate:,.0f} rows/s (whole command) | "
-              f"ratio {rate / ceiling:.2f} | peak RSS {rss:.0f} MB", flush=True)
+              f"ratio {rate / ceiling:.2f} | peak RSS {rss:.0f} MB | CPU busy: {load}", flush=True)
         print(f"  {summary}")
     finally:
         unpin()
