@@ -5,8 +5,9 @@
 Protocol: Elasticsearch pinned to core 0; MariaDB and the client side (`indexer reindex` as a
 child process, or the minimal raw client) to core 1. The table is generated inside MariaDB
 from its sequence engine, in a database Debezium does not capture and with the binlog off for
-the load. The ceiling posts the same documents as prebuilt NDJSON (at most 2M of them: it is
-a rate), two bulks in flight, before and after. Prints rows/s, the ratio and peak RSS.
+the load. The ceiling posts the same documents as prebuilt NDJSON, as many as the table has
+rows (Elasticsearch slows down as an index grows), two bulks in flight, before and after.
+Prints rows/s, the ratio, peak RSS and how busy each process was.
 """
 
 from __future__ import annotations
@@ -36,11 +37,10 @@ from bench.common import (
     unique,
     unpin,
 )
-from bench.daemon import raw_ceiling
+from bench.daemon import ceiling_bodies, raw_ceiling
 from indexer.mappings import load_settings
 
 BENCH_DATABASE = "indexer_bench"  # not in the connector's database.include.list
-CEILING_DOCS = 2_000_000
 BASE = "2025-10-09 08:53:20"  # Events.base_micros, so the documents match the ceiling's
 
 
@@ -104,17 +104,18 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def main(rows: int, parallel: int) -> None:
+async def main(rows: int, parallel: int, ceiling_docs: int) -> None:
     table = create_table(rows)
     pin_protocol()
     try:
         events = Events(b'{"schema":{},"payload":{"id":1}}',
                         b'{"schema":{},"payload":{"source":{}}}')
-        n = min(rows, CEILING_DOCS)
+        n = min(rows, ceiling_docs or rows)
+        bodies = ceiling_bodies(events, n)
         # The reindex loads with refresh off; so does its ceiling.
-        before = await raw_ceiling(events, n, load_settings())
+        before = await raw_ceiling(bodies, n, load_settings())
         seconds, rss, summary, load = await run_reindex(table, parallel)
-        after = await raw_ceiling(events, n, load_settings())
+        after = await raw_ceiling(bodies, n, load_settings())
         rate = rows / seconds
         ceiling = max(before, after)  # the higher: a ceiling, and noisy here
         print(f"reindex {rows:,} rows, --parallel {parallel} | raw _bulk ceiling {before:,.0f} / "
@@ -139,5 +140,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--ceiling-docs", type=int, default=0,
+                        help="documents the ceiling posts (default: as many as rows; fewer is "
+                             "quicker but skips the cost of merging a large index)")
     args = parser.parse_args()
-    asyncio.run(main(args.rows, args.parallel))
+    asyncio.run(main(args.rows, args.parallel, args.ceiling_docs))
