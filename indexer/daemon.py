@@ -30,9 +30,9 @@ from indexer.source.kafka import KafkaSource, Producer, Records
 log = logging.getLogger(__name__)
 
 IDLE_POLL_MS = 500  # how long an empty fetch waits; bounds how late stop() is noticed
-# Events decoded between yields to the event loop (~10 ms of work): the bulks in flight get
-# their requests sent and answers settled while a batch is decoded, so Elasticsearch is not
-# left waiting for the whole batch.
+# Events fetched and decoded at a time (~10 ms of work) before yielding to the event loop:
+# the bulks in flight get their requests sent and answers settled while a batch is decoded,
+# and the records just copied out of the fetch buffer are decoded while still in the cache.
 DECODE_SLICE = 500
 
 
@@ -135,17 +135,16 @@ class Daemon:
         assert source is not None
         limits = self.config.batch
         batch = Batch()
-        records = await source.fetch(limits.max_events, IDLE_POLL_MS)
+        records = await source.fetch(min(limits.max_events, DECODE_SLICE), IDLE_POLL_MS)
         deadline = time.monotonic() + limits.linger_ms / 1000
-        while True:
+        while records:
             await self._add(batch, records)
-            remaining = deadline - time.monotonic()
             room = limits.max_events - len(batch.messages)
-            if not batch.messages or remaining <= 0 or room <= 0 or batch.size >= limits.max_bytes:
+            if room <= 0 or batch.size >= limits.max_bytes or self._stopping.is_set():
                 break
-            if self._stopping.is_set():
-                break
-            records = await source.fetch(room, int(remaining * 1000) or 1)
+            # Records already fetched are taken at once; the linger bounds only the wait.
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            records = await source.fetch(min(room, DECODE_SLICE), max(0, remaining_ms))
         # A rebalance during the linger may have taken partitions away: leave their messages
         # to the new owner, who reads them from the last commit.
         assigned = source.assignment()
@@ -156,13 +155,12 @@ class Daemon:
 
     async def _add(self, batch: Batch, records: Records) -> None:
         for tp, messages in records.items():
-            for start in range(0, len(messages), DECODE_SLICE):
-                for record in messages[start:start + DECODE_SLICE]:
-                    batch.messages.append(self._prepare(record))
-                    batch.size += record.serialized_value_size + record.serialized_key_size
-                await asyncio.sleep(0)
+            for record in messages:
+                batch.messages.append(self._prepare(record))
+                batch.size += record.serialized_value_size + record.serialized_key_size
             if messages:
                 batch.offsets[tp] = messages[-1].offset + 1
+        await asyncio.sleep(0)  # let the bulks in flight send and settle between slices
 
     def _prepare(self, record: ConsumerRecord[bytes, bytes]) -> Message:
         table = self._tables[record.topic]

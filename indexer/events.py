@@ -288,7 +288,7 @@ class EnvelopeDecoder:
         if found is not None:
             start, plan = found
             try:
-                return orjson.loads(memoryview(raw)[start:-1]), plan
+                return orjson.loads(raw[start:-1]), plan  # a copy parses faster than a view
             except orjson.JSONDecodeError:
                 pass  # not the layout we expected: parse the whole message below
         try:
