@@ -105,7 +105,8 @@ async def committed(group: str, topic: str) -> int:
     return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic)
 
 
-def write_config(folder: Path, table: str, topic: str, schemas: bool) -> tuple[Path, str]:
+def write_config(folder: Path, table: str, topic: str,
+                 schemas: bool) -> tuple[Path, str, str]:
     alias = unique("bench-daemon").lower().replace("_", "-")
     (folder / f"{alias}.json").write_bytes(orjson.dumps(BENCH_MAPPING))
     group = unique("bench-group")
@@ -120,7 +121,7 @@ def write_config(folder: Path, table: str, topic: str, schemas: bool) -> tuple[P
         f'[[tables]]\nname = "{DATABASE}.{table}"\ntopic = "{topic}"\nalias = "{alias}"\n'
         + hints
     )
-    return path, group
+    return path, group, alias
 
 
 async def run_daemon(table: str, topic: str, n: int,
@@ -128,7 +129,7 @@ async def run_daemon(table: str, topic: str, n: int,
     """(docs/s, peak RSS in MB, how busy each process was) of `indexer run` draining the
     topic."""
     with tempfile.TemporaryDirectory() as tmp:
-        config, group = write_config(Path(tmp), table, topic, schemas)
+        config, group, alias = write_config(Path(tmp), table, topic, schemas)
         proc = await asyncio.create_subprocess_exec(
             "taskset", "-c", CLIENT_CORE, sys.executable, "-m", "indexer", "run",
             "--config", str(config), "--log-level", "INFO",
@@ -155,6 +156,8 @@ async def run_daemon(table: str, topic: str, n: int,
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+            async with aiohttp.ClientSession(base_url=ES) as http:
+                await (await http.delete(f"/{alias}-v*")).read()
     return n / elapsed, rss, load
 
 

@@ -67,8 +67,7 @@ async def measure(rate: int, seconds: float) -> None:
     pin("connect", CLIENT_CORE)
     es = AsyncElasticsearch(ES)
     with tempfile.TemporaryDirectory() as tmp:
-        config, _ = write_config(Path(tmp), table, f"mysql.{DATABASE}.{table}", True)
-        alias = config.read_text().split('alias = "')[1].split('"')[0]
+        config, _, alias = write_config(Path(tmp), table, f"mysql.{DATABASE}.{table}", True)
         proc = await asyncio.create_subprocess_exec(
             "taskset", "-c", CLIENT_CORE, sys.executable, "-m", "indexer", "run",
             "--config", str(config), stderr=asyncio.subprocess.PIPE)
@@ -101,6 +100,7 @@ async def measure(rate: int, seconds: float) -> None:
         finally:
             proc.terminate()
             await proc.wait()
+            await es.indices.delete(index=f"{alias}-v*")
             await es.close()
             unpin()
             with db.cursor() as cur:

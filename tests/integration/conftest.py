@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -203,6 +204,7 @@ class TestTable:
 def make_table(db: pymysql.connections.Connection[Any],
                tmp_path: Path) -> Iterator[Callable[..., TestTable]]:
     created: list[str] = []
+    aliases: list[str] = []
 
     def make(columns: str, mapping: dict[str, Any] | None = None,
              prefix: str = "t") -> TestTable:
@@ -211,12 +213,17 @@ def make_table(db: pymysql.connections.Connection[Any],
         sql(db, f"CREATE TABLE `{table.name}` ({columns}) CHARACTER SET utf8mb4")
         (tmp_path / f"{table.alias}.json").write_bytes(orjson.dumps(table.mapping))
         created.append(table.name)
+        aliases.append(table.alias)
         return table
 
     yield make
     for name in created:
         with contextlib.suppress(pymysql.err.MySQLError):
             sql(db, f"DROP TABLE IF EXISTS `{name}`")
+    # A dev stack outlives many runs: leftover indices would reach the per-node shard limit.
+    for alias in aliases:
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(urllib.request.Request(f"{ES}/{alias}-v*", method="DELETE"))
 
 
 def toml(raw: dict[str, Any]) -> str:
