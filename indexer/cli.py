@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from indexer import logs
-from indexer.config import Config, ConfigError, load_config
+from indexer.config import Config, ConfigError, TableConfig, load_config
 from indexer.mappings import MappingError
 from indexer.reindex import ReindexError
 
@@ -97,10 +97,7 @@ def reindex(
     from indexer.progress import reindex_progress
 
     cfg = _config(config, log_level)
-    if all_tables == bool(tables):
-        err.print("[red]name the tables or pass --all[/red]")
-        raise typer.Exit(EXIT_ERROR)
-    selected = list(cfg.tables) if all_tables else [cfg.table(t) for t in tables or []]
+    selected = _select(cfg, tables, all_tables)
     _tune_gc()
     for table in selected:
         if rollback:
@@ -143,17 +140,20 @@ def reconcile(
     from indexer.report import html, terminal
 
     cfg = _config(config, log_level)
-    if all_tables == bool(tables) or output_format not in ("text", "json", "html"):
-        err.print("[red]name the tables or pass --all; --format is text, json or html[/red]")
+    if output_format not in ("text", "json", "html"):
+        err.print("[red]--format is text, json or html[/red]")
         raise typer.Exit(EXIT_ERROR)
-    selected = list(cfg.tables) if all_tables else [cfg.table(t) for t in tables or []]
+    selected = _select(cfg, tables, all_tables)
     reports = []
     for table in selected:
         with reindex_progress(err, table.name) as progress:
             reports.append(_run(checker.reconcile(cfg, table, repair=repair, settle_s=settle,
                                                   progress=progress)))
-    if output_format == "text":
-        terminal.render(Console(file=output.open("w")) if output else Console(), reports)
+    if output_format == "text" and output:
+        with output.open("w", encoding="utf-8") as file:
+            terminal.render(Console(file=file), reports)
+    elif output_format == "text":
+        terminal.render(Console(), reports)
     else:
         text = (orjson.dumps({"tables": [r.as_json() for r in reports]},
                              option=orjson.OPT_INDENT_2).decode()
@@ -251,6 +251,14 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = "INFO") 
             await client.close()
 
     _run(main())
+
+
+def _select(cfg: Config, tables: list[str] | None, all_tables: bool) -> list[TableConfig]:
+    """The tables a command names, or every configured one with ``--all``."""
+    if all_tables == bool(tables):
+        err.print("[red]name the tables or pass --all[/red]")
+        raise typer.Exit(EXIT_ERROR)
+    return list(cfg.tables) if all_tables else [cfg.table(t) for t in tables or []]
 
 
 def _tune_gc() -> None:

@@ -227,7 +227,7 @@ class _Plans:
         plan = self._by_schema.get(schema)
         if plan is None:
             try:
-                plan = plan_for(orjson.loads(schema), self._row_schema)
+                plan = self.plan(orjson.loads(schema))
             except orjson.JSONDecodeError:
                 return None
             if len(self._by_schema) >= SCHEMA_CACHE_SIZE:
@@ -236,6 +236,10 @@ class _Plans:
         self._last_prefix = raw[:split + len(PAYLOAD_MARKER)]
         self._last_plan = plan
         return len(self._last_prefix), plan
+
+    def plan(self, schema: Any) -> RowPlan:
+        """The plan of a parsed schema (the whole-message path does not cache it)."""
+        return plan_for(schema, self._row_schema)
 
     def __len__(self) -> int:
         return len(self._by_schema)
@@ -298,7 +302,7 @@ class EnvelopeDecoder:
         if type(message) is dict and len(message) == 2 and "payload" in message and (
             "schema" in message
         ):
-            return message["payload"], plan_for(message["schema"], plans._row_schema)
+            return message["payload"], plans.plan(message["schema"])
         return message, self._schemaless_plan
 
 

@@ -55,6 +55,7 @@ SETTLE_S = 2.0
 SCAN_PARALLEL = 2
 UNCHUNKED = -(2**63)  # the chunk of an id that cannot be an integer key
 
+
 @dataclass
 class ChunkDiff:
     chunk: int
@@ -178,11 +179,7 @@ def _sums(sql_sums: dict[int, mysql.ChunkSum], chunk: int) -> tuple[int, int]:
 
 
 def _plan(config: Config, table: TableConfig, builder: DocumentBuilder) -> _Plan:
-    conn = mysql.connect(config.mysql, table.database)
-    try:
-        layout = mysql.table_layout(conn, table.database, table.table)
-    finally:
-        conn.close()
+    layout = mysql.read_layout(config.mysql, table.database, table.table)
     columns = [c for c in layout.columns if builder.includes(c.name)]
     if not layout.integer_key:
         return _Plan(layout, columns, 0)

@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 QUEUE_PAGES = 4
 
 
-
 class ReindexError(RuntimeError):
     pass
 
@@ -65,7 +64,8 @@ class ReindexResult:
 async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
                   progress: Progress = no_progress) -> ReindexResult:
     started = time.monotonic()
-    layout = await asyncio.to_thread(_layout, config, table)
+    layout = await asyncio.to_thread(mysql.read_layout, config.mysql, table.database,
+                                     table.table)
     definition = definition_for(config, table)
     metrics = Metrics()
     async with ElasticsearchSink(config.elasticsearch, metrics,
@@ -101,14 +101,6 @@ async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
             raise
     result.seconds = time.monotonic() - started
     return result
-
-
-def _layout(config: Config, table: TableConfig) -> mysql.TableLayout:
-    conn = mysql.connect(config.mysql, table.database)
-    try:
-        return mysql.table_layout(conn, table.database, table.table)
-    finally:
-        conn.close()
 
 
 async def _load(config: Config, table: TableConfig, layout: mysql.TableLayout,

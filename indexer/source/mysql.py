@@ -19,6 +19,7 @@ import pymysql.cursors
 
 from indexer import values
 from indexer.config import MySQLSettings
+from indexer.documents import KEY_BUCKETS
 
 Row = dict[str, Any]
 Converter = Callable[[Any], Any]
@@ -37,6 +38,14 @@ def connect(settings: MySQLSettings, database: str) -> pymysql.connections.Conne
     return pymysql.connect(host=settings.host, port=settings.port, user=settings.user,
                            password=settings.password, database=database, charset="utf8mb4",
                            autocommit=True, init_command="SET time_zone = '+00:00'")
+
+
+def _fetch_all(settings: MySQLSettings, database: str, query: str,
+               args: Sequence[Any] | None = None) -> tuple[tuple[Any, ...], ...]:
+    """One query on a connection of its own: callers run in worker threads, side by side."""
+    with connect(settings, database) as conn, conn.cursor() as cur:
+        cur.execute(query, args)
+        return tuple(cur.fetchall())
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,11 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str,
     if not layout.key:
         raise LookupError(f"table {database}.{table} has no primary key; documents need one")
     return layout
+
+
+def read_layout(settings: MySQLSettings, database: str, table: str) -> TableLayout:
+    with connect(settings, database) as conn:
+        return table_layout(conn, database, table)
 
 
 _JSON_VALID = re.compile(r"^json_valid\(`?([^`]+)`?\)$", re.IGNORECASE)
@@ -281,18 +295,11 @@ def key_range_where(layout: TableLayout, low: int | None,
 
 
 def row_count_estimate(settings: MySQLSettings, layout: TableLayout) -> int:
-    conn = connect(settings, layout.database)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES "
-                        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-                        (layout.database, layout.table))
-            found = cur.fetchone()
-            return int(found[0] or 0) if found else 0
-    finally:
-        conn.close()
-
-
+    found = _fetch_all(settings, layout.database,
+                       "SELECT TABLE_ROWS FROM information_schema.TABLES "
+                       "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                       (layout.database, layout.table))
+    return int(found[0][0] or 0) if found else 0
 
 
 # --- reconciliation: the server computes per-row texts and checksums -----------------------
@@ -347,19 +354,13 @@ def chunk_sums(settings: MySQLSettings, layout: TableLayout, columns: Sequence[C
     if layout.integer_key:
         where, args = key_range_where(layout, None if first is None else first * width,
                                       None if last is None else (last + 1) * width - 1)
-    conn = connect(settings, layout.database)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT {chunk} AS chunk, COUNT(*), SUM({hash_sql(columns)}) "
-                        f"FROM {layout.qualified} {where} GROUP BY chunk", args or None)
-            return {int(c): ChunkSum(int(c), int(n), int(h)) for c, n, h in cur.fetchall()}
-    finally:
-        conn.close()
+    found = _fetch_all(settings, layout.database,
+                       f"SELECT {chunk} AS chunk, COUNT(*), SUM({hash_sql(columns)}) "
+                       f"FROM {layout.qualified} {where} GROUP BY chunk", args or None)
+    return {int(c): ChunkSum(int(c), int(n), int(h)) for c, n, h in found}
 
 
 def _chunk_sql(layout: TableLayout, width: int) -> str:
-    from indexer.documents import KEY_BUCKETS
-
     if layout.integer_key:
         return f"FLOOR({_quote(layout.key[0].name)} / {int(width)})"
     return f"CRC32({id_sql(layout)}) % {KEY_BUCKETS}"
@@ -379,24 +380,16 @@ def chunk_rows(settings: MySQLSettings, layout: TableLayout, columns: Sequence[C
     else:
         where = f"{_chunk_sql(layout, width)} IN ({', '.join(['%s'] * len(chunks))})"
         args = list(chunks)
-    conn = connect(settings, layout.database)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT {id_sql(layout)}, {hash_sql(columns)} FROM {layout.qualified} "
-                        f"WHERE {where}", args)
-            return {str(i): int(h) for i, h in cur.fetchall()}
-    finally:
-        conn.close()
+    found = _fetch_all(settings, layout.database,
+                       f"SELECT {id_sql(layout)}, {hash_sql(columns)} FROM {layout.qualified} "
+                       f"WHERE {where}", args)
+    return {str(i): int(h) for i, h in found}
 
 
 def key_range(settings: MySQLSettings, layout: TableLayout) -> tuple[int, int, int] | None:
     """(min key, max key, rows) of an integer-keyed table."""
     key = _quote(layout.key[0].name)
-    conn = connect(settings, layout.database)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT MIN({key}), MAX({key}), COUNT(*) FROM {layout.qualified}")
-            low, high, rows = cur.fetchone() or (None, None, 0)
-    finally:
-        conn.close()
+    ((low, high, rows),) = _fetch_all(
+        settings, layout.database,
+        f"SELECT MIN({key}), MAX({key}), COUNT(*) FROM {layout.qualified}")
     return None if low is None or high is None else (int(low), int(high), int(rows))

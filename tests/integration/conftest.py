@@ -28,6 +28,7 @@ from elasticsearch.helpers import async_scan
 
 from indexer.config import Config, build_config
 from indexer.daemon import Daemon
+from indexer.documents import META_FIELD
 
 REPO = Path(__file__).parents[2]
 MYSQL_PORT = int(os.environ.get("MYSQL_PORT", "3306"))
@@ -289,7 +290,7 @@ async def documents(es: AsyncElasticsearch, alias: str) -> dict[str, dict[str, A
 
 
 def _without_meta(source: dict[str, Any]) -> dict[str, Any]:
-    source.pop("_indexer", None)
+    source.pop(META_FIELD, None)
     return source
 
 
