@@ -164,6 +164,7 @@ async def wait_until_three(es: AsyncElasticsearch, alias: str) -> None:
 async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
         es: AsyncElasticsearch, make_config: Any, tmp_path: Path) -> None:
     table = unique("interrupted")
+    alias = table.replace("_", "-")
     db = mysql_connect()
     try:
         sql(db, "CREATE DATABASE IF NOT EXISTS indexer_bench")
@@ -171,7 +172,6 @@ async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
         sql(db, f"INSERT INTO indexer_bench.`{table}` SELECT seq, 'n', 1.00, 1 "
                 "FROM seq_1_to_400000")
         config_file = tmp_path / "indexer.toml"
-        alias = table.replace("_", "-")
         (tmp_path / f"{alias}.json").write_bytes(orjson.dumps({}))
         make_config({"name": f"indexer_bench.{table}", "alias": alias}, file=config_file)
         command = [sys.executable, "-m", "indexer", "reindex", table, "-c", str(config_file)]
@@ -197,3 +197,4 @@ async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
     finally:
         sql(db, f"DROP TABLE IF EXISTS indexer_bench.`{table}`")
         db.close()
+        await es.options(ignore_status=404).indices.delete(index=f"{alias}-v*")
