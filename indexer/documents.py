@@ -116,7 +116,7 @@ def document_id(key: Mapping[str, Any]) -> str:
     escaping ``|`` and ``\\`` inside values, so distinct keys never share an id."""
     if len(key) == 1:
         (value,) = key.values()
-        text = id_part(value)
+        text = str(value) if type(value) is int else id_part(value)
     else:
         text = "|".join(
             id_part(v).replace("\\", "\\\\").replace("|", "\\|") for v in key.values()
@@ -164,7 +164,7 @@ class DocumentBuilder:
 
     def body(self, key: Mapping[str, Any], doc_id: str, row: Mapping[str, Any]) -> bytes:
         """The document, plus ``_indexer``: its content hash and chunk for reconciliation."""
-        document = self.document(row)
+        document = row if self._identity else self.document(row)
         doc = orjson.dumps(document)
         single = next(iter(key.values())) if len(key) == 1 else None
         if type(single) is int and MIN_LONG <= single <= MAX_VERSION:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from datetime import UTC, date, datetime, timedelta
 
 EPOCH = datetime(1970, 1, 1)
@@ -63,11 +64,18 @@ def format_datetime(value: datetime, fsp: int) -> str:
 
 
 def datetime_from_micros(micros: int, fsp: int) -> str:
-    text = (EPOCH + timedelta(0, 0, int(micros))).isoformat()
+    seconds, fraction = divmod(micros, 1_000_000)
     if fsp == 0:
-        return text[:19]
-    # isoformat leaves out a zero fraction; the column's digits are always there.
-    return (text if len(text) > 19 else text + ".000000")[: 20 + fsp]
+        return _datetime_second(seconds)
+    text = f"{_datetime_second(seconds)}.{fraction:06d}"
+    return text if fsp == 6 else text[: 20 + fsp]
+
+
+# Change streams carry runs of nearby timestamps (updated_at is close to "now"): formatting
+# each second once and adding the fraction is a third of the cost of a datetime per value.
+@functools.lru_cache(maxsize=4096)
+def _datetime_second(seconds: int) -> str:
+    return (EPOCH + timedelta(seconds=seconds)).isoformat()
 
 
 def format_timestamp(value: datetime, fsp: int) -> str:

@@ -27,7 +27,7 @@ def table(version: str = "binlog", **kw: object) -> TableConfig:
 
 def change(op: str, before: dict[str, object] | None, after: dict[str, object] | None,
            pos: int = 1000, row: int = 0, file: str = "mysql-bin.000003") -> Change:
-    return Change(op, {"id": 7}, before, after, Position(file, pos, row, 1_700_000_000_000, False))
+    return Change(op, {"id": 7}, before, after, Position(file, pos, row, 1_700_000_000_000))
 
 
 def test_binlog_versions_follow_commit_order() -> None:

@@ -22,7 +22,7 @@ def test_insert_update_delete_and_tombstone(lifecycle: Messages) -> None:
     assert delete.op == "d" and delete.after is None and delete.before == update.after
     assert insert.position.file == "mysql-bin.000001"
     assert insert.position.pos < update.position.pos < delete.position.pos
-    assert insert.position.snapshot is False and insert.position.ts_ms > 0
+    assert insert.position.ts_ms > 0
     tombstone_key, tombstone_value = lifecycle[3]
     assert d.decode(tombstone_key, tombstone_value) is None
 
@@ -120,10 +120,13 @@ def test_hinted_value_of_the_wrong_shape_is_a_clear_error() -> None:
 
 @pytest.mark.parametrize(("key", "value", "kind", "match"), [
     (b'{"id":1}', b"\x00\x01garbage", "undecodable", "not JSON"),
-    (b'{"id":1}', b"[1,2]", "undecodable", "not a JSON object"),
+    (b'{"id":1}', b"[1,2]", "undecodable", "not a Debezium envelope"),
     (b'{"id":1}', b'{"op":"t","source":{}}', "unsupported-op", "TRUNCATE"),
     (b'{"id":1}', b'{"op":"c","after":null,"source":{}}', "undecodable", "row image"),
     (b'{"id":1}', b'{"op":"c","after":{"id":1}}', "undecodable", "source block"),
+    (b'{"id":1}', b'{"op":"c","after":{"id":1},"source":{"pos":"4"}}', "undecodable",
+     r"got `str` - at `\$\.source\.pos`"),
+    (b'{"id":1}', b'{"op":"c","after":[1],"source":{}}', "undecodable", r"at `\$\.after`"),
     (None, b'{"op":"c","after":{"id":1},"source":{}}', "undecodable", "no key"),
     (b"[]", b'{"op":"c","after":{"id":1},"source":{}}', "undecodable", "key columns"),
 ])
