@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -19,6 +21,8 @@ Records = dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
 RevokeHook = Callable[[set[TopicPartition]], Awaitable[None]]
 # A table's topic appears with its first change; notice it within 30 s rather than 5 min.
 METADATA_MAX_AGE_MS = 30_000
+# How long the reader's fetch waits when there is nothing to read; bounds how late it stops.
+READ_POLL_MS = 500
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -35,14 +39,28 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class KafkaSource:
-    """Subscribes to the tables' topics; commits only offsets it is given."""
+    """Subscribes to the tables' topics; commits only offsets it is given.
+
+    aiokafka sends the next fetch for a partition only once everything fetched for it has
+    been taken, so a consumer that takes records as it decodes them waits a full fetch round
+    trip every few thousand records. A reader task takes each fetch whole as it arrives and
+    hands it over in slices: the next fetch travels while this one is decoded. At most one
+    fetch waits in the hand-over, so memory stays bounded by a few fetches whatever the
+    backlog. Prefetched records of a generation ended by a rebalance are dropped: the new
+    owner of each partition reads it again from its last commit.
+    """
 
     def __init__(self, settings: KafkaSettings, topics: Sequence[str],
                  on_revoked: RevokeHook) -> None:
         self._settings = settings
         self._topics = list(topics)
-        self._listener = _Listener(on_revoked)
+        self._on_revoked = on_revoked
         self._consumer: AIOKafkaConsumer | None = None
+        self._fetched: asyncio.Queue[tuple[int, Records] | BaseException] = asyncio.Queue(1)
+        self._generation = 0  # bumped by every rebalance
+        self._current: list[tuple[TopicPartition, list[ConsumerRecord[bytes, bytes]]]] = []
+        self._current_generation = 0
+        self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> KafkaSource:
         s = self._settings
@@ -58,12 +76,17 @@ class KafkaSource:
             isolation_level="read_committed",
             metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
-        self._consumer.subscribe(self._topics, listener=self._listener)
+        self._consumer.subscribe(self._topics, listener=_Listener(self._revoked))
         await self._consumer.start()
+        self._reader = asyncio.create_task(self._read())
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
         if self._consumer is not None:
             await self._consumer.stop()
 
@@ -72,9 +95,49 @@ class KafkaSource:
         assert self._consumer is not None, "use the source as an async context manager"
         return self._consumer
 
+    async def _read(self) -> None:
+        consumer = self.consumer
+        try:
+            while True:
+                records = await consumer.getmany(timeout_ms=READ_POLL_MS)
+                if records:
+                    await self._fetched.put((self._generation, records))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # handed to the next fetch(), which raises it
+            await self._fetched.put(exc)
+
+    async def _revoked(self, revoked: set[TopicPartition]) -> None:
+        self._generation += 1
+        self._current = []
+        await self._on_revoked(revoked)
+
     async def fetch(self, max_records: int, timeout_ms: int) -> Records:
-        result: Records = await self.consumer.getmany(timeout_ms=timeout_ms,
-                                                      max_records=max_records)
+        """Up to ``max_records`` records in partition order, waiting at most ``timeout_ms``
+        when none are fetched yet."""
+        while not self._current or self._current_generation != self._generation:
+            try:
+                if timeout_ms <= 0:
+                    fetched = self._fetched.get_nowait()
+                else:
+                    async with asyncio.timeout(timeout_ms / 1000):
+                        fetched = await self._fetched.get()
+            except (asyncio.QueueEmpty, TimeoutError):
+                return {}
+            if isinstance(fetched, BaseException):
+                raise fetched
+            self._current_generation, records = fetched
+            self._current = [(tp, batch) for tp, batch in records.items() if batch]
+            self._current.reverse()  # taken from the end
+        result: Records = {}
+        while self._current and max_records > 0:
+            tp, batch = self._current[-1]
+            if len(batch) <= max_records:
+                self._current.pop()
+                result[tp] = batch
+            else:
+                result[tp], self._current[-1] = batch[:max_records], (tp, batch[max_records:])
+            max_records -= len(result[tp])
         return result
 
     def assignment(self) -> set[TopicPartition]:

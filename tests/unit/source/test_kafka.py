@@ -1,0 +1,57 @@
+"""The hand-over between the source's reader task and the daemon (no broker involved)."""
+
+import pytest
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from indexer.config import KafkaSettings
+from indexer.source.kafka import KafkaSource, Records
+
+A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def records(tp: TopicPartition, start: int, n: int) -> list[ConsumerRecord[bytes, bytes]]:
+    return [ConsumerRecord(tp.topic, tp.partition, o, 0, 0, b"k", b"v", None, 1, 1, ())
+            for o in range(start, start + n)]
+
+
+def offsets(fetched: Records) -> dict[TopicPartition, list[int]]:
+    return {tp: [r.offset for r in batch] for tp, batch in fetched.items()}
+
+
+async def no_hook(revoked: set[TopicPartition]) -> None:
+    pass
+
+
+async def test_a_fetch_is_handed_over_in_slices_in_partition_order() -> None:
+    source = KafkaSource(KafkaSettings(), ["t"], no_hook)
+    await source._fetched.put((0, {A: records(A, 0, 3), B: records(B, 10, 2)}))
+    assert offsets(await source.fetch(2, 0)) == {A: [0, 1]}
+    assert offsets(await source.fetch(2, 0)) == {A: [2], B: [10]}
+    assert offsets(await source.fetch(5, 0)) == {B: [11]}
+    assert await source.fetch(5, 0) == {}
+    assert await source.fetch(5, 10) == {}  # waits 10 ms, then nothing
+
+
+async def test_records_fetched_before_a_rebalance_are_dropped() -> None:
+    revoked: list[set[TopicPartition]] = []
+
+    async def hook(tps: set[TopicPartition]) -> None:
+        revoked.append(tps)
+
+    source = KafkaSource(KafkaSettings(), ["t"], hook)
+    await source._fetched.put((0, {A: records(A, 0, 4)}))
+    assert offsets(await source.fetch(1, 0)) == {A: [0]}
+    await source._revoked({A})
+    assert revoked == [{A}]
+    assert await source.fetch(10, 0) == {}  # the rest of the old fetch is gone
+    await source._fetched.put((0, {A: records(A, 4, 1)}))  # fetched before, queued late
+    assert await source.fetch(10, 0) == {}
+    await source._fetched.put((1, {A: records(A, 1, 2)}))  # read again from the commit
+    assert offsets(await source.fetch(10, 0)) == {A: [1, 2]}
+
+
+async def test_a_reader_error_is_raised_by_the_next_fetch() -> None:
+    source = KafkaSource(KafkaSettings(), ["t"], no_hook)
+    await source._fetched.put(RuntimeError("broker says no"))
+    with pytest.raises(RuntimeError, match="broker says no"):
+        await source.fetch(10, 0)
