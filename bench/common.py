@@ -62,19 +62,33 @@ def server_cpu(server: str) -> float:
     return sum(cpu_seconds(pid) for pid in _pids(server))
 
 
+def core_ticks(core: str) -> tuple[int, int]:
+    """(idle, total) clock ticks of one core since boot, from /proc/stat."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{core} "):
+            ticks = [int(t) for t in line.split()[1:]]
+            return ticks[3] + ticks[4], sum(ticks[:8])  # idle + iowait; up to steal
+    raise LookupError(f"no core {core} in /proc/stat")
+
+
 class Busy:
-    """How busy each server was over a measured window: CPU seconds / wall seconds."""
+    """How busy each server was over a measured window: CPU seconds / wall seconds, plus how
+    much of the client core nobody used (idle) — the sign of a stall rather than a CPU limit."""
 
     def __init__(self, *servers: str) -> None:
         self._servers = servers
         self._start = {s: server_cpu(s) for s in servers}
+        self._core = core_ticks(CLIENT_CORE)
         self._started = time.perf_counter()
 
     def report(self, **clients: float) -> str:
         """``clients`` maps names to CPU seconds used in the window by other processes."""
         wall = time.perf_counter() - self._started
         used = {s: server_cpu(s) - self._start[s] for s in self._servers} | clients
-        return ", ".join(f"{name} {seconds / wall:.0%}" for name, seconds in used.items())
+        idle, total = (now - then for now, then in zip(core_ticks(CLIENT_CORE), self._core,
+                                                        strict=True))
+        return ", ".join(f"{name} {seconds / wall:.0%}" for name, seconds in used.items()) + (
+            f"; core {CLIENT_CORE} idle {idle / max(total, 1):.0%}")
 
 
 def pin(server: str, cpus: str) -> None:

@@ -95,13 +95,8 @@ async def raw_ceiling(bodies: list[bytes], n: int,
     return n / elapsed
 
 
-async def committed(group: str, topic: str) -> int:
-    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-    finally:
-        await admin.close()
+async def committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
+    offsets = await admin.list_consumer_group_offsets(group)
     return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic)
 
 
@@ -142,9 +137,15 @@ async def run_daemon(table: str, topic: str, n: int,
             started = time.perf_counter()
             busy, daemon_cpu = Busy("elasticsearch", "kafka"), cpu_seconds(proc.pid)
             drain = asyncio.create_task(_drain(proc.stderr))
-            while await committed(group, topic) < n:  # noqa: ASYNC110 - polls Kafka
-                await asyncio.sleep(0.05)
-            elapsed = time.perf_counter() - started
+            # One client for the whole poll: it shares the daemon's core.
+            admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+            await admin.start()
+            try:
+                while await committed(admin, group, topic) < n:  # noqa: ASYNC110 - polls Kafka
+                    await asyncio.sleep(0.05)
+                elapsed = time.perf_counter() - started
+            finally:
+                await admin.close()
             load = busy.report(indexer=cpu_seconds(proc.pid) - daemon_cpu)
             rss = peak_rss_mb(proc.pid)  # taskset execs the daemon: same pid
             proc.terminate()
