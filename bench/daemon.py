@@ -146,7 +146,8 @@ async def run_daemon(table: str, topic: str, n: int,
                 elapsed = time.perf_counter() - started
             finally:
                 await admin.close()
-            load = busy.report(indexer=cpu_seconds(proc.pid) - daemon_cpu)
+            used = cpu_seconds(proc.pid) - daemon_cpu
+            load = busy.report(indexer=used) + f"; indexer CPU {used / n * 1e6:.1f} µs/event"
             rss = peak_rss_mb(proc.pid)  # taskset execs the daemon: same pid
             proc.terminate()
             await proc.wait()
