@@ -6,7 +6,8 @@ Protocol: Elasticsearch pinned to core 0; Kafka, MariaDB and the client side (th
 process, or the minimal raw client) to core 1. N events in the real connector's format
 (synthesised from an event the running Debezium connector produced) are pre-loaded into a
 one-partition topic, with and without schemas. The ceiling posts the very documents the
-daemon writes, prebuilt as NDJSON, two bulks in flight, before and after the daemon run.
+daemon writes, prebuilt as NDJSON, as many bulks in flight as indexer, before and after the
+daemon run.
 The daemon (`python -m indexer run`, a child process) is timed from "indexer running" to
 the commit of the last offset. Prints docs/s, the ratio, and the daemon's peak RSS.
 """
@@ -44,12 +45,12 @@ from bench.common import (
     unique,
     unpin,
 )
-from indexer.config import TableConfig, VersionSource
+from indexer.config import DEFAULT_BATCH_EVENTS, DEFAULT_IN_FLIGHT, TableConfig, VersionSource
 from indexer.documents import DocumentBuilder
 from indexer.mappings import validate_definition
 
-BULK_DOCS = 4000  # the daemon's default batch.max_events
-IN_FLIGHT = 2
+BULK_DOCS = DEFAULT_BATCH_EVENTS
+IN_FLIGHT = DEFAULT_IN_FLIGHT  # as many bulks at once as indexer: a ceiling, not a handicap
 
 
 def ceiling_bodies(events: Events, n: int) -> list[bytes]:
@@ -69,8 +70,8 @@ def ceiling_bodies(events: Events, n: int) -> list[bytes]:
 
 async def raw_ceiling(bodies: list[bytes], n: int,
                       settings: dict[str, Any] | None = None) -> float:
-    """docs/s of n documents' prebuilt NDJSON posted by a minimal aiohttp client, two bulks in
-    flight, into a fresh index with the mapping `indexer` gives it plus ``settings`` (the
+    """docs/s of n documents' prebuilt NDJSON posted by a minimal aiohttp client, as many bulks in
+    flight as indexer, into a fresh index with the mapping `indexer` gives it plus ``settings`` (the
     reindex's load settings), so Elasticsearch does the same work per document as for
     `indexer`."""
     index = unique("bench-raw").lower()

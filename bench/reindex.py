@@ -6,7 +6,8 @@ Protocol: Elasticsearch pinned to core 0; MariaDB and the client side (`indexer 
 child process, or the minimal raw client) to core 1. The table is generated inside MariaDB
 from its sequence engine, in a database Debezium does not capture and with the binlog off for
 the load. The ceiling posts the same documents as prebuilt NDJSON, as many as the table has
-rows (Elasticsearch slows down as an index grows), two bulks in flight, before and after.
+rows (Elasticsearch slows down as an index grows), as many bulks in flight as indexer, before
+and after.
 Prints rows/s, the ratio, peak RSS and how busy each process was.
 """
 

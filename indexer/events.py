@@ -318,13 +318,14 @@ class EnvelopeDecoder:
         if key is None:
             raise DecodeError("undecodable", "the message has no key (a table without a "
                               "primary key cannot be indexed by id)")
-        payload, plan = self._parse(key, self._key_plans)
+        payload, plan = self._parse_key(key)
         if type(payload) is not dict or not payload:
             raise DecodeError("undecodable", "the key is not a JSON object of key columns")
         return apply_plan(payload, plan)
 
-    def _parse(self, raw: bytes, plans: _Plans) -> tuple[Any, RowPlan]:
-        """A key: JSON, or JSON wrapped in ``{"schema", "payload"}``."""
+    def _parse_key(self, raw: bytes) -> tuple[Any, RowPlan]:
+        """JSON, or JSON wrapped in ``{"schema", "payload"}``."""
+        plans = self._key_plans
         found = (plans.split(raw) if raw.startswith(SCHEMA_PREFIX) and raw.endswith(b"}")
                  else None)
         if found is not None:
