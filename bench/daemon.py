@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import TopicPartition
 
 from bench.common import (
     BENCH_MAPPING,
@@ -45,9 +46,19 @@ from bench.common import (
     unique,
     unpin,
 )
-from indexer.config import DEFAULT_BATCH_EVENTS, DEFAULT_IN_FLIGHT, TableConfig, VersionSource
+from indexer.config import (
+    DEFAULT_BATCH_EVENTS,
+    DEFAULT_IN_FLIGHT,
+    ElasticsearchSettings,
+    KafkaSettings,
+    TableConfig,
+    VersionSource,
+)
+from indexer.daemon import DECODE_SLICE
 from indexer.documents import DocumentBuilder
 from indexer.mappings import validate_definition
+from indexer.sink.elasticsearch import connect
+from indexer.source.kafka import KafkaSource
 
 BULK_DOCS = DEFAULT_BATCH_EVENTS
 IN_FLIGHT = DEFAULT_IN_FLIGHT  # as many bulks at once as indexer: a ceiling, not a handicap
@@ -74,12 +85,8 @@ async def raw_ceiling(bodies: list[bytes], n: int,
     flight as indexer, into a fresh index with the mapping `indexer` gives it plus ``settings`` (the
     reindex's load settings), so Elasticsearch does the same work per document as for
     `indexer`."""
-    index = unique("bench-raw").lower()
-    definition = validate_definition(BENCH_MAPPING, index, Path("bench"))
     async with aiohttp.ClientSession(base_url=ES) as http:
-        body = {"settings": {**definition.settings, **(settings or {})},
-                "mappings": definition.mappings}
-        await (await http.put(f"/{index}", json=body)).read()
+        index = await _bench_index(http, settings)
         queue = iter(bodies)
 
         async def worker() -> None:
@@ -94,6 +101,68 @@ async def raw_ceiling(bodies: list[bytes], n: int,
         elapsed = time.perf_counter() - started
         await (await http.delete(f"/{index}")).read()
     return n / elapsed
+
+
+async def _bench_index(http: aiohttp.ClientSession, settings: dict[str, Any] | None) -> str:
+    index = unique("bench-raw").lower()
+    definition = validate_definition(BENCH_MAPPING, index, Path("bench"))
+    body = {"settings": {**definition.settings, **(settings or {})},
+            "mappings": definition.mappings}
+    await (await http.put(f"/{index}", json=body)).read()
+    return index
+
+
+async def io_floor(topic: str, n: int, bodies: list[bytes]) -> tuple[float, float]:
+    """(docs/s, CPU µs per event) of indexer's I/O alone, in this process on the client core:
+    its Kafka source and Elasticsearch client, its batch size and bulks in flight, offsets
+    committed in order, but each batch's prebuilt body posted instead of decoding the events.
+    What the client core has left beside this is what decoding may spend."""
+
+    async def no_revoke_hook(revoked: set[TopicPartition]) -> None:
+        pass
+
+    settings = KafkaSettings(bootstrap_servers=KAFKA, group_id=unique("bench-floor"))
+    client = connect(ElasticsearchSettings(hosts=(ES,)))
+    async with aiohttp.ClientSession(base_url=ES) as http:
+        index = await _bench_index(http, None)
+    slots = asyncio.Semaphore(IN_FLIGHT)
+    posts: list[asyncio.Task[None]] = []
+    try:
+        async with KafkaSource(settings, [topic], no_revoke_hook) as source:
+
+            async def post(body: bytes, offsets: dict[TopicPartition, int],
+                           previous: asyncio.Task[None] | None) -> None:
+                try:
+                    answer = await client.bulk(operations=body,  # type: ignore[arg-type]
+                                               index=index, filter_path="errors")
+                    assert answer.body == {"errors": False}, answer.body
+                    if previous is not None:
+                        await previous  # commits in order, as the daemon's
+                    await source.commit(offsets)
+                finally:
+                    slots.release()
+
+            seen, started, cpu = 0, 0.0, 0.0
+            for body in bodies:
+                offsets: dict[TopicPartition, int] = {}
+                batch_end = min(seen + BULK_DOCS, n)
+                while seen < batch_end:
+                    records = await source.fetch(min(DECODE_SLICE, batch_end - seen), 500)
+                    if records and not started:
+                        started, cpu = time.perf_counter(), time.process_time()
+                    for tp, part in records.items():
+                        seen += len(part)
+                        offsets[tp] = part[-1].offset + 1
+                await slots.acquire()
+                posts.append(asyncio.create_task(
+                    post(body, offsets, posts[-1] if posts else None)))
+            await asyncio.gather(*posts)
+            elapsed, used = time.perf_counter() - started, time.process_time() - cpu
+    finally:
+        await client.close()
+        async with aiohttp.ClientSession(base_url=ES) as http:
+            await (await http.delete(f"/{index}")).read()
+    return n / elapsed, used / n * 1e6
 
 
 async def committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
@@ -184,13 +253,15 @@ async def main(n: int, modes: list[bool]) -> None:
             before = await raw_ceiling(bodies, n)
             rate, rss, load = await run_daemon(table, topic, n, schemas)
             after = await raw_ceiling(bodies, n)
+            floor, floor_cpu = await io_floor(topic, n, bodies)
             del bodies
             ceiling = max(before, after)  # the higher: a ceiling, and noisy here
             label = "with schemas" if schemas else "without schemas"
             print(f"{label:>16}: {n} events, {size / n:.0f} B/event | raw _bulk ceiling "
                   f"{before:,.0f} / {after:,.0f} docs/s | indexer run {rate:,.0f} docs/s | "
-                  f"ratio {rate / ceiling:.2f} | daemon peak RSS {rss:.0f} MB | CPU busy: {load}",
-                  flush=True)
+                  f"ratio {rate / ceiling:.2f} | daemon peak RSS {rss:.0f} MB | CPU busy: {load}"
+                  f" | I/O alone {floor:,.0f} docs/s ({floor / ceiling:.2f}) at "
+                  f"{floor_cpu:.1f} µs/event", flush=True)
             await _delete_topic(topic)
         with db.cursor() as cur:
             cur.execute(f"DROP TABLE `{table}`")
