@@ -59,7 +59,6 @@ class KafkaSource:
         self._fetched: asyncio.Queue[tuple[int, Records] | BaseException] = asyncio.Queue(1)
         self._generation = 0  # bumped by every rebalance
         self._current: list[tuple[TopicPartition, list[ConsumerRecord[bytes, bytes]]]] = []
-        self._current_generation = 0
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> KafkaSource:
@@ -115,7 +114,7 @@ class KafkaSource:
     async def fetch(self, max_records: int, timeout_ms: int) -> Records:
         """Up to ``max_records`` records in partition order, waiting at most ``timeout_ms``
         when none are fetched yet."""
-        while not self._current or self._current_generation != self._generation:
+        while not self._current:  # a rebalance empties it
             try:
                 if timeout_ms <= 0:
                     fetched = self._fetched.get_nowait()
@@ -126,9 +125,10 @@ class KafkaSource:
                 return {}
             if isinstance(fetched, BaseException):
                 raise fetched
-            self._current_generation, records = fetched
-            self._current = [(tp, batch) for tp, batch in records.items() if batch]
-            self._current.reverse()  # taken from the end
+            generation, records = fetched
+            if generation == self._generation:  # else fetched before a rebalance: dropped
+                self._current = [(tp, batch) for tp, batch in records.items() if batch]
+                self._current.reverse()  # taken from the end
         result: Records = {}
         while self._current and max_records > 0:
             tp, batch = self._current[-1]
