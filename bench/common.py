@@ -16,6 +16,9 @@ import orjson
 import pymysql
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from indexer.config import ElasticsearchSettings
+from indexer.sink.search import SearchClient
+
 REPO = Path(__file__).parents[1]
 STACK = REPO / ".stack"
 KAFKA = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
@@ -34,6 +37,11 @@ BENCH_MAPPING = {
         "qty": {"type": "integer"}, "updated_at": {"type": "date"},
     }},
 }
+
+
+def search_client() -> SearchClient:
+    """indexer's own client for the stack's search server (a slow aggregation may take long)."""
+    return SearchClient(ElasticsearchSettings(hosts=(ES,), request_timeout_s=600))
 
 
 def unique(prefix: str) -> str:

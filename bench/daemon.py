@@ -43,13 +43,13 @@ from bench.common import (
     peak_rss_mb,
     pin_protocol,
     produce_events,
+    search_client,
     unique,
     unpin,
 )
 from indexer.config import (
     DEFAULT_BATCH_EVENTS,
     DEFAULT_IN_FLIGHT,
-    ElasticsearchSettings,
     KafkaSettings,
     TableConfig,
     VersionSource,
@@ -57,7 +57,6 @@ from indexer.config import (
 from indexer.daemon import DECODE_SLICE
 from indexer.documents import DocumentBuilder
 from indexer.mappings import validate_definition
-from indexer.sink.elasticsearch import connect
 from indexer.source.kafka import KafkaSource
 
 BULK_DOCS = DEFAULT_BATCH_EVENTS
@@ -122,20 +121,19 @@ async def io_floor(topic: str, n: int, bodies: list[bytes]) -> tuple[float, floa
         pass
 
     settings = KafkaSettings(bootstrap_servers=KAFKA, group_id=unique("bench-floor"))
-    client = connect(ElasticsearchSettings(hosts=(ES,)))
     async with aiohttp.ClientSession(base_url=ES) as http:
         index = await _bench_index(http, None)
     slots = asyncio.Semaphore(IN_FLIGHT)
     posts: list[asyncio.Task[None]] = []
     try:
-        async with KafkaSource(settings, [topic], no_revoke_hook) as source:
+        async with search_client() as client, \
+                KafkaSource(settings, [topic], no_revoke_hook) as source:
 
             async def post(body: bytes, offsets: dict[TopicPartition, int],
                            previous: asyncio.Task[None] | None) -> None:
                 try:
-                    answer = await client.bulk(operations=body,  # type: ignore[arg-type]
-                                               index=index, filter_path="errors")
-                    assert answer.body == {"errors": False}, answer.body
+                    answer = await client.bulk(body, index=index, filter_path="errors")
+                    assert answer == {"errors": False}, answer
                     if previous is not None:
                         await previous  # commits in order, as the daemon's
                     await source.commit(offsets)
@@ -159,7 +157,6 @@ async def io_floor(topic: str, n: int, bodies: list[bytes]) -> tuple[float, floa
             await asyncio.gather(*posts)
             elapsed, used = time.perf_counter() - started, time.process_time() - cpu
     finally:
-        await client.close()
         async with aiohttp.ClientSession(base_url=ES) as http:
             await (await http.delete(f"/{index}")).read()
     return n / elapsed, used / n * 1e6

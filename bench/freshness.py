@@ -21,16 +21,14 @@ import threading
 import time
 from pathlib import Path
 
-from elasticsearch import AsyncElasticsearch
-
 from bench.common import (
     BENCH_COLUMNS,
     CLIENT_CORE,
     DATABASE,
-    ES,
     mysql,
     pin,
     pin_protocol,
+    search_client,
     unique,
     unpin,
 )
@@ -65,7 +63,7 @@ async def measure(rate: int, seconds: float) -> None:
         cur.execute(f"CREATE TABLE `{table}` ({BENCH_COLUMNS})")
     pin_protocol()
     pin("connect", CLIENT_CORE)
-    es = AsyncElasticsearch(ES)
+    es = await search_client().__aenter__()
     with tempfile.TemporaryDirectory() as tmp:
         config, _, alias = write_config(Path(tmp), table, f"mysql.{DATABASE}.{table}", True)
         proc = await asyncio.create_subprocess_exec(
@@ -89,9 +87,9 @@ async def measure(rate: int, seconds: float) -> None:
                 if done.is_set() and not unseen:
                     break
                 if unseen:
-                    response = await es.search(
-                        index=alias, size=10000, source=False,
-                        query={"ids": {"values": [str(i) for i in unseen[:10000]]}})
+                    response = await es.search(alias, {
+                        "size": 10000, "_source": False,
+                        "query": {"ids": {"values": [str(i) for i in unseen[:10000]]}}})
                     now = time.time()
                     for hit in response["hits"]["hits"]:
                         seen.setdefault(int(hit["_id"]), now)
@@ -100,7 +98,7 @@ async def measure(rate: int, seconds: float) -> None:
         finally:
             proc.terminate()
             await proc.wait()
-            await es.indices.delete(index=f"{alias}-v*")
+            await es.delete_matching(f"{alias}-v*")
             await es.close()
             unpin()
             with db.cursor() as cur:

@@ -25,11 +25,11 @@ from typing import Any
 
 import orjson
 import pymysql.cursors
-from elasticsearch import AsyncElasticsearch
 
-from bench.common import BENCH_MAPPING, ES, mysql, unique
+from bench.common import BENCH_MAPPING, ES, mysql, search_client, unique
 from bench.reindex import BENCH_DATABASE, create_table, drop_table
 from indexer.config import MySQLSettings
+from indexer.sink.search import SearchClient
 from indexer.source import mysql as source
 
 
@@ -52,21 +52,21 @@ async def command(*args: str) -> tuple[int, bytes, float]:
     return proc.returncode or 0, out, time.perf_counter() - started
 
 
-async def inject(es: AsyncElasticsearch, alias: str, table: str, rows: int) -> dict[str, set[str]]:
-    (index,) = (await es.indices.get_alias(name=alias)).body
+async def inject(es: SearchClient, alias: str, table: str, rows: int) -> dict[str, set[str]]:
+    (index,) = await es.aliases([alias])
     step = rows // 60
     ids = [str(1 + i * step) for i in range(50)]
     deleted, edited, rows_changed, rows_deleted = ids[:15], ids[15:25], ids[25:35], ids[35:40]
     for doc_id in deleted:
-        await es.delete(index=index, id=doc_id)
+        await es.request("DELETE", f"/{index}/_doc/{doc_id}")
     for doc_id in edited:
-        src = (await es.get(index=index, id=doc_id))["_source"]
+        src = (await es.request("GET", f"/{index}/_doc/{doc_id}"))["_source"]
         src.pop("_indexer")
-        await es.index(index=index, id=doc_id, document={**src, "name": "edited by hand"})
+        await es.request("PUT", f"/{index}/_doc/{doc_id}", {**src, "name": "edited by hand"})
     added = [str(rows + 1000 + i) for i in range(10)]
     for doc_id in added:
-        await es.index(index=index, id=doc_id, document={"id": int(doc_id), "name": "ghost"})
-    await es.indices.refresh(index=index)
+        await es.request("PUT", f"/{index}/_doc/{doc_id}", {"id": int(doc_id), "name": "ghost"})
+    await es.refresh(index)
     db = mysql()
     try:
         with db.cursor() as cur:
@@ -83,7 +83,7 @@ async def inject(es: AsyncElasticsearch, alias: str, table: str, rows: int) -> d
             "extra": set(added) | set(rows_deleted)}
 
 
-async def naive(es: AsyncElasticsearch, alias: str, table: str) -> tuple[int, float]:
+async def naive(es: SearchClient, alias: str, table: str) -> tuple[int, float]:
     """Differences found by streaming both sides in key order and merging them."""
     started = time.perf_counter()
     conn = source.connect(MySQLSettings(), BENCH_DATABASE)
@@ -99,11 +99,13 @@ async def naive(es: AsyncElasticsearch, alias: str, table: str) -> tuple[int, fl
     async def es_docs() -> Any:
         after: list[Any] | None = None
         while True:
-            response = await es.search(
-                index=alias, size=10000, sort=[{"_indexer.key": "asc"}, {"_seq_no": "asc"}],
-                source=False,
-                docvalue_fields=[{"field": "_indexer.hash"}, {"field": "_indexer.key"}],
-                search_after=after, track_total_hits=False)
+            body: dict[str, Any] = {
+                "size": 10000, "sort": [{"_indexer.key": "asc"}, {"_seq_no": "asc"}],
+                "_source": False, "track_total_hits": False,
+                "docvalue_fields": [{"field": "_indexer.hash"}, {"field": "_indexer.key"}]}
+            if after is not None:
+                body["search_after"] = after
+            response = await es.search(alias, body)
             hits = response["hits"]["hits"]
             if not hits:
                 return
@@ -143,7 +145,7 @@ async def naive(es: AsyncElasticsearch, alias: str, table: str) -> tuple[int, fl
 
 async def main(rows: int) -> None:
     table = create_table(rows)
-    es = AsyncElasticsearch(ES, request_timeout=600)
+    es = await search_client().__aenter__()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config, alias = write_config(Path(tmp), table)
@@ -164,7 +166,7 @@ async def main(rows: int) -> None:
                   flush=True)
             if not exact:
                 print(f"  expected {expected}\n  found    {found}")
-            await es.indices.delete(index=f"{alias}-v*")
+            await es.delete_matching(f"{alias}-v*")
     finally:
         await es.close()
         drop_table(table)

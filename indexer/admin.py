@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
-from elasticsearch import AsyncElasticsearch
-from elasticsearch.helpers import async_scan
+import orjson
 
 from indexer.config import Config, TableConfig
 from indexer.documents import META_FIELD
@@ -19,6 +17,8 @@ from indexer.mappings import (
     new_index_name,
     sync_alias,
 )
+from indexer.sink.search import SearchClient
+from indexer.sink.servers import adapt_mappings
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +36,10 @@ class AliasState:
     synced: list[str]  # indices behind the sync alias
 
 
-async def alias_state(client: AsyncElasticsearch, alias: str) -> AliasState:
+async def alias_state(client: SearchClient, alias: str) -> AliasState:
     live: list[str] = []
     synced: list[str] = []
-    response = await client.options(ignore_status=404).indices.get_alias(
-        name=[alias, sync_alias(alias)]
-    )
-    for index, entry in response.body.items():
-        if not isinstance(entry, dict):
-            continue
-        names = entry.get("aliases", {})
+    for index, names in (await client.aliases([alias, sync_alias(alias)])).items():
         if alias in names:
             live.append(index)
         if sync_alias(alias) in names:
@@ -53,33 +47,36 @@ async def alias_state(client: AsyncElasticsearch, alias: str) -> AliasState:
     return AliasState(alias, sorted(live), sorted(synced))
 
 
-async def create_index(client: AsyncElasticsearch, definition: IndexDefinition, *,
+async def create_index(client: SearchClient, definition: IndexDefinition, *,
                        live: bool, bulk_load: bool = False) -> str:
     """Creates ``<alias>-v<timestamp>`` and adds it to the sync alias (and read alias if live)."""
     index = new_index_name(definition.alias)
-    await client.indices.create(index=index, **definition.body(bulk_load=bulk_load))
-    await client.indices.update_aliases(
-        actions=alias_actions_for_new(definition.alias, index, live=live)
-    )
+    body = definition.body(bulk_load=bulk_load)
+    assert client.server is not None
+    body["mappings"], renamed = adapt_mappings(client.server, body["mappings"])
+    for change in renamed:
+        log.info("%s: field %s for %s", definition.source, change, client.server)
+    await client.create_index(index, body)
+    await client.update_aliases(alias_actions_for_new(definition.alias, index, live=live))
     log.info("created index %s for alias %s%s", index, definition.alias,
              "" if live else " (not live yet)")
     return index
 
 
-async def ensure_table_index(client: AsyncElasticsearch, config: Config,
+async def ensure_table_index(client: SearchClient, config: Config,
                              table: TableConfig) -> AliasState:
     """Creates the table's first index when its alias does not exist yet."""
     state = await alias_state(client, table.alias)
     if state.live or state.synced:
         return state
-    if await client.indices.exists(index=table.alias):
+    if await client.index_exists(table.alias):
         raise RuntimeError(f"{table.alias!r} is a concrete index, not an alias managed by "
                            "indexer; reindex into a new index or delete it")
     await create_index(client, definition_for(config, table), live=True)
     return await alias_state(client, table.alias)
 
 
-async def purge_tombstones(client: AsyncElasticsearch, alias: str, older_than_ms: int) -> int:
+async def purge_tombstones(client: SearchClient, alias: str, older_than_ms: int) -> int:
     """Deletes tombstones older than the retention window from every synced index.
 
     Each delete is conditional on the tombstone's sequence number (``if_seq_no``): a row
@@ -91,22 +88,21 @@ async def purge_tombstones(client: AsyncElasticsearch, alias: str, older_than_ms
         {"range": {f"{META_FIELD}.deleted_at": {"lt": older_than_ms}}},
     ]}}
     purged = 0
-    actions: list[dict[str, Any]] = []
+    actions: list[bytes] = []
 
     async def flush() -> int:
         if not actions:
             return 0
-        response = await client.bulk(operations=actions, refresh=True,
+        response = await client.bulk(b"\n".join(actions) + b"\n", refresh=True,
                                      filter_path="items.*.status")
         actions.clear()
-        return sum(1 for item in response.body.get("items", [])
-                   if item["delete"]["status"] == 200)
+        return sum(1 for item in response.get("items", []) if item["delete"]["status"] == 200)
 
-    async for hit in async_scan(client, index=sync_alias(alias), query={
+    async for hit in client.scan(sync_alias(alias), {
             "query": query, "_source": False, "seq_no_primary_term": True}):
-        actions.append({"delete": {"_index": hit["_index"], "_id": hit["_id"],
-                                   "if_seq_no": hit["_seq_no"],
-                                   "if_primary_term": hit["_primary_term"]}})
+        actions.append(orjson.dumps({"delete": {
+            "_index": hit["_index"], "_id": hit["_id"], "if_seq_no": hit["_seq_no"],
+            "if_primary_term": hit["_primary_term"]}}))
         if len(actions) >= PURGE_BATCH:
             purged += await flush()
     return purged + await flush()

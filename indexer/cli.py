@@ -18,6 +18,7 @@ from indexer import logs
 from indexer.config import Config, ConfigError, TableConfig, load_config
 from indexer.mappings import MappingError
 from indexer.reindex import ReindexError
+from indexer.security import Redactor
 
 app = typer.Typer(help="Keeps Elasticsearch in sync with MySQL/MariaDB via Debezium.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -45,7 +46,7 @@ def _config(path: Path | None, level: str) -> Config:
     except ConfigError as exc:
         err.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc
-    logs.configure(config.log_format, level)
+    logs.configure(config.log_format, level, Redactor(config.secrets()))
     return config
 
 
@@ -60,10 +61,10 @@ def run(config: ConfigOption = None, log_level: LogLevel = "INFO") -> None:
     async def main() -> None:
         daemon = Daemon(cfg)
         daemon.install_signal_handlers()
-        daemon.metrics.serve(cfg.metrics_port)
+        daemon.metrics.serve(cfg.metrics_host, cfg.metrics_port)
         await daemon.run()
 
-    _run(main())
+    _run(cfg, main())
 
 
 @app.command()
@@ -72,9 +73,10 @@ def check(config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
     from indexer.health import check_health
 
     cfg = _config(config, log_level)
-    problems = _run(check_health(cfg))
+    problems = _run(cfg, check_health(cfg))
+    redact = Redactor(cfg.secrets())
     for problem in problems:
-        err.print(f"[red]unhealthy:[/red] {escape(problem)}")
+        err.print(f"[red]unhealthy:[/red] {escape(redact(problem))}")
     if problems:
         raise typer.Exit(EXIT_DRIFT)
     err.print("[green]healthy[/green]")
@@ -101,14 +103,15 @@ def reindex(
     _tune_gc()
     for table in selected:
         if rollback:
-            current, previous = _run(rebuild.rollback(cfg, table))
+            current, previous = _run(cfg, rebuild.rollback(cfg, table))
             err.print(f"{table.name}: alias {table.alias} -> {previous} (was {current})")
         elif delete_old:
-            deleted = _run(rebuild.delete_old(cfg, table))
+            deleted = _run(cfg, rebuild.delete_old(cfg, table))
             err.print(f"{table.name}: deleted {', '.join(deleted) or 'nothing'}")
         else:
             with reindex_progress(err, table.name) as progress:
-                result = _run(rebuild.reindex(cfg, table, parallel=parallel, progress=progress))
+                result = _run(cfg, rebuild.reindex(cfg, table, parallel=parallel,
+                                                   progress=progress))
             err.print(
                 f"{table.name}: {result.rows:,} rows in {result.seconds:.1f}s "
                 f"({result.rows / max(result.seconds, 1e-9):,.0f}/s) into {result.index}; "
@@ -147,8 +150,8 @@ def reconcile(
     reports = []
     for table in selected:
         with reindex_progress(err, table.name) as progress:
-            reports.append(_run(checker.reconcile(cfg, table, repair=repair, settle_s=settle,
-                                                  progress=progress)))
+            reports.append(_run(cfg, checker.reconcile(cfg, table, repair=repair,
+                                                       settle_s=settle, progress=progress)))
     if output_format == "text" and output:
         with output.open("w", encoding="utf-8") as file:
             terminal.render(Console(file=file), reports)
@@ -189,21 +192,18 @@ def mappings_apply(
 ) -> None:
     """Create each table's versioned index and aliases from its mapping file, if missing."""
     from indexer.admin import ensure_table_index
-    from indexer.sink.elasticsearch import connect
+    from indexer.sink.search import SearchClient
 
     cfg = _config(config, log_level)
     tables = [cfg.table(t) for t in table] if table else list(cfg.tables)
 
     async def main() -> None:
-        client = connect(cfg.elasticsearch)
-        try:
+        async with SearchClient(cfg.elasticsearch) as client:
             for t in tables:
                 state = await ensure_table_index(client, cfg, t)
                 err.print(f"{t.name}: alias {t.alias} -> {', '.join(state.live)}")
-        finally:
-            await client.close()
 
-    _run(main())
+    _run(cfg, main())
 
 
 @dlq_app.command("replay")
@@ -225,7 +225,7 @@ def dlq_replay(
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
     selection = ReplayFilter(topics=topics, kinds=frozenset(kind or []), since=since)
-    report = _run(replay(cfg.kafka, selection, dry_run=dry_run))
+    report = _run(cfg, replay(cfg.kafka, selection, dry_run=dry_run))
     err.print(f"read {report.read}, matched {report.matched}, replayed {report.replayed}, "
               f"unreadable {report.unreadable}")
 
@@ -236,21 +236,18 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = "INFO") 
     import time
 
     from indexer.admin import purge_tombstones
-    from indexer.sink.elasticsearch import connect
+    from indexer.sink.search import SearchClient
 
     cfg = _config(config, log_level)
     cutoff_ms = int((time.time() - cfg.tombstone_retention_s) * 1000)
 
     async def main() -> None:
-        client = connect(cfg.elasticsearch)
-        try:
+        async with SearchClient(cfg.elasticsearch) as client:
             for t in cfg.tables:
                 purged = await purge_tombstones(client, t.alias, cutoff_ms)
                 err.print(f"{t.name}: purged {purged} tombstones")
-        finally:
-            await client.close()
 
-    _run(main())
+    _run(cfg, main())
 
 
 def _select(cfg: Config, tables: list[str] | None, all_tables: bool) -> list[TableConfig]:
@@ -269,15 +266,17 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLD, 20, 100)
 
 
-def _run(coro: Coroutine[object, object, T]) -> T:
+def _run(cfg: Config, coro: Coroutine[object, object, T]) -> T:
+    """Runs a command's coroutine; an error is one line (secrets masked) and exit 2."""
+    redact = Redactor(cfg.secrets())
     try:
         return asyncio.run(coro)
     except (ConfigError, MappingError, ReindexError, LookupError) as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_ERROR) from exc
+        err.print(f"[red]error:[/red] {escape(redact(str(exc)))}")
+        raise typer.Exit(EXIT_ERROR) from None
     except Exception as exc:  # exit 1 means drift/unhealthy: errors must not look like it
-        err.print(f"[red]error:[/red] {type(exc).__name__}: {escape(str(exc))}")
-        raise typer.Exit(EXIT_ERROR) from exc
+        err.print(f"[red]error:[/red] {type(exc).__name__}: {escape(redact(str(exc)))}")
+        raise typer.Exit(EXIT_ERROR) from None
 
 
 def main() -> None:

@@ -11,10 +11,17 @@ import functools
 import os
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import orjson
+
+from indexer.security import Secret, redact_url
 
 # Defaults match docker-compose.yml and dev/stack.sh, so a demo needs no settings at all.
 DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
@@ -38,6 +45,8 @@ DEFAULT_REQUEST_TIMEOUT_S = 60.0
 # Tombstones must outlive every redelivery: a week covers Kafka's default retention.
 DEFAULT_TOMBSTONE_RETENTION_S = 7 * 24 * 3600
 DEFAULT_METRICS_PORT = 9464  # an unassigned port in Prometheus' exporter range
+# Metrics say how much data flows and where: only this machine sees them unless told otherwise.
+DEFAULT_METRICS_HOST = "127.0.0.1"
 # Retries of transient failures back off exponentially up to this ceiling, then keep trying.
 DEFAULT_MAX_BACKOFF_S = 30.0
 # SIGTERM gives the batch this long to finish before it is abandoned (never committed).
@@ -50,6 +59,9 @@ DecimalMode = Literal["precise", "string", "double"]
 BinaryMode = Literal["bytes", "base64"]
 UnsignedMode = Literal["precise", "long"]
 TimePrecisionMode = Literal["adaptive_time_microseconds", "adaptive", "connect"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+_FINGERPRINT = re.compile(r"^[0-9A-Fa-f]{64}$")
 
 
 class ConfigError(ValueError):
@@ -69,6 +81,28 @@ class KafkaSettings:
     # The broker checks each batch's CRC when it is produced; checking again on every fetch
     # costs ~0.7 ns per byte (a third of consuming a 3.8 KB event). librdkafka skips it too.
     check_crcs: bool = False
+    # Security, for the consumer, the dead-letter producer and the admin client alike; the
+    # names are Kafka's own, so a managed service's connection instructions apply as written.
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: Secret | None = None
+    # "module:factory": a callable returning an aiokafka AbstractTokenProvider (OAUTHBEARER,
+    # e.g. Amazon MSK IAM through aws-msk-iam-sasl-signer).
+    sasl_oauth_token_provider: str | None = None
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    key_password: Secret | None = None
+    verify_certs: bool = True
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
 
 
 @dataclass(frozen=True)
@@ -84,11 +118,25 @@ class ConnectorSettings:
 
 @dataclass(frozen=True)
 class ElasticsearchSettings:
+    """The search server: Elasticsearch 8/9 or OpenSearch 2/3 (the section keeps its name)."""
+
     hosts: tuple[str, ...] = DEFAULT_ES_HOSTS
+    # At most one way to authenticate: basic (username + password), api_key or bearer_token.
     username: str | None = None
-    password: str | None = None
+    password: Secret | None = None
+    api_key: Secret | None = None  # Elasticsearch's encoded key, or "id:key"
+    bearer_token: Secret | None = None
+    ca_file: Path | None = None
+    fingerprint: str | None = None  # SHA-256 of the server's certificate, instead of a CA
+    cert_file: Path | None = None  # a client certificate (PEM), with its key_file
+    key_file: Path | None = None
+    verify_certs: bool = True
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     mappings_dir: Path = Path("mappings")
+
+    @property
+    def tls(self) -> bool:
+        return any(h.startswith("https://") for h in self.hosts)
 
 
 @dataclass(frozen=True)
@@ -96,7 +144,18 @@ class MySQLSettings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_MYSQL_PORT
     user: str = "indexer"
-    password: str = "indexer"
+    password: Secret = field(default_factory=lambda: Secret("indexer"))
+    tls: bool = False  # implied by ca_file or cert_file
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    verify_certs: bool = True
+    # The certificate must name the host (MySQL's VERIFY_IDENTITY); off = VERIFY_CA.
+    verify_identity: bool = True
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or self.ca_file is not None or self.cert_file is not None
 
 
 @dataclass(frozen=True)
@@ -156,7 +215,16 @@ class Config:
     batch: BatchSettings = BatchSettings()
     tombstone_retention_s: int = DEFAULT_TOMBSTONE_RETENTION_S
     metrics_port: int = DEFAULT_METRICS_PORT
+    metrics_host: str = DEFAULT_METRICS_HOST
     log_format: Literal["console", "json"] = "console"
+
+    def secrets(self) -> Iterator[Secret]:
+        """Every secret in the settings: what logs and error lines must never show."""
+        for section in (self.kafka, self.elasticsearch, self.mysql):
+            for f in fields(section):
+                value = getattr(section, f.name)
+                if isinstance(value, Secret):
+                    yield value
 
     def table(self, name: str) -> TableConfig:
         for table in self.tables:
@@ -201,14 +269,14 @@ def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
     for key in raw:
         if key not in known:
             raise ConfigError(f"unknown section [{key}]; known: {', '.join(sorted(known))}")
-    connector = _section(ConnectorSettings, raw.get("connector", {}), "connector")
-    es_raw = dict(raw.get("elasticsearch", {}))
-    if isinstance(es_raw.get("hosts"), str):
-        es_raw["hosts"] = [h.strip() for h in es_raw["hosts"].split(",") if h.strip()]
-    if "mappings_dir" in es_raw:
-        es_raw["mappings_dir"] = (base_dir / str(es_raw["mappings_dir"])).resolve()
-    elasticsearch = _section(ElasticsearchSettings, es_raw, "elasticsearch")
-    batch = _section(BatchSettings, raw.get("batch", {}), "batch")
+    connector = _section(ConnectorSettings, raw.get("connector", {}), "connector", base_dir)
+    elasticsearch = _section(ElasticsearchSettings, raw.get("elasticsearch", {}),
+                             "elasticsearch", base_dir)
+    _check_elasticsearch(elasticsearch)
+    kafka = _section(KafkaSettings, raw.get("kafka", {}), "kafka", base_dir)
+    _check_kafka(kafka)
+    mysql = _section(MySQLSettings, raw.get("mysql", {}), "mysql", base_dir)
+    batch = _section(BatchSettings, raw.get("batch", {}), "batch", base_dir)
     for name in ("max_events", "max_bytes", "in_flight"):
         if getattr(batch, name) < 1:
             raise ConfigError(f"batch.{name} must be at least 1")
@@ -219,23 +287,80 @@ def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
     _check_unique(tables)
     deletes = raw.get("deletes", {})
     metrics = raw.get("metrics", {})
+    for key in metrics:
+        if key not in ("port", "host"):
+            raise ConfigError(f"metrics.{key}: unknown setting; known: host, port")
     logging_raw = raw.get("logging", {})
     log_format = str(logging_raw.get("format", "console"))
     if log_format not in ("console", "json"):
         raise ConfigError(f"logging.format: expected 'console' or 'json', got {log_format!r}")
     return Config(
         tables=tables,
-        kafka=_section(KafkaSettings, raw.get("kafka", {}), "kafka"),
+        kafka=kafka,
         connector=connector,
         elasticsearch=elasticsearch,
-        mysql=_section(MySQLSettings, raw.get("mysql", {}), "mysql"),
+        mysql=mysql,
         batch=batch,
         tombstone_retention_s=_int(deletes.get("tombstone_retention_s",
                                                DEFAULT_TOMBSTONE_RETENTION_S),
                                    "deletes.tombstone_retention_s"),
         metrics_port=_int(metrics.get("port", DEFAULT_METRICS_PORT), "metrics.port"),
+        metrics_host=str(metrics.get("host", DEFAULT_METRICS_HOST)),
         log_format=log_format,  # type: ignore[arg-type]
     )
+
+
+def _check_elasticsearch(es: ElasticsearchSettings) -> None:
+    if not es.hosts:
+        raise ConfigError("elasticsearch.hosts: at least one host is required")
+    for host in es.hosts:
+        parts = urlsplit(host)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"elasticsearch.hosts: {redact_url(host)!r} is not an "
+                              "http:// or https:// URL")
+        if parts.username or parts.password:
+            raise ConfigError(f"elasticsearch.hosts: {redact_url(host)!r} carries credentials; "
+                              "set elasticsearch.username and password (or password_file)")
+    methods = [name for name in ("username", "api_key", "bearer_token") if getattr(es, name)]
+    if len(methods) > 1:
+        raise ConfigError("elasticsearch: set one way to authenticate, not "
+                          f"{' and '.join(methods)}")
+    if es.password and not es.username:
+        raise ConfigError("elasticsearch.password is set without elasticsearch.username")
+    if es.username and not es.password:
+        raise ConfigError("elasticsearch.username is set without elasticsearch.password "
+                          "(or password_file)")
+    if es.fingerprint is not None and not _FINGERPRINT.match(es.fingerprint.replace(":", "")):
+        raise ConfigError("elasticsearch.fingerprint: expected the certificate's SHA-256 as 64 "
+                          "hex digits (colons allowed)")
+    tls_settings = [name for name in ("ca_file", "fingerprint", "cert_file")
+                    if getattr(es, name) is not None]
+    if tls_settings and not es.tls:
+        raise ConfigError(f"elasticsearch.{tls_settings[0]} is set but no host in "
+                          "elasticsearch.hosts uses https://")
+    if es.key_file is not None and es.cert_file is None:
+        raise ConfigError("elasticsearch.key_file is set without elasticsearch.cert_file")
+
+
+def _check_kafka(kafka: KafkaSettings) -> None:
+    if kafka.sasl:
+        if kafka.sasl_mechanism == "OAUTHBEARER":
+            if not kafka.sasl_oauth_token_provider:
+                raise ConfigError("kafka.sasl_oauth_token_provider: OAUTHBEARER needs a token "
+                                  "provider ('module:factory')")
+        elif not (kafka.sasl_username and kafka.sasl_password):
+            raise ConfigError(f"kafka: security_protocol {kafka.security_protocol} with "
+                              f"{kafka.sasl_mechanism} needs kafka.sasl_username and "
+                              "kafka.sasl_password (or sasl_password_file)")
+    elif kafka.sasl_username or kafka.sasl_password:
+        raise ConfigError(f"kafka.sasl_username is set but kafka.security_protocol is "
+                          f"{kafka.security_protocol}; use SASL_SSL or SASL_PLAINTEXT")
+    tls_settings = [name for name in ("ca_file", "cert_file") if getattr(kafka, name)]
+    if tls_settings and not kafka.tls:
+        raise ConfigError(f"kafka.{tls_settings[0]} is set but kafka.security_protocol is "
+                          f"{kafka.security_protocol}; use SSL or SASL_SSL")
+    if kafka.key_file is not None and kafka.cert_file is None:
+        raise ConfigError("kafka.key_file is set without kafka.cert_file")
 
 
 def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
@@ -318,58 +443,84 @@ def _int(value: Any, where: str) -> int:
         raise ConfigError(f"{where}: expected an integer, got {value!r}") from exc
 
 
-def _section(cls: type[Any], raw: Any, where: str) -> Any:
-    """Builds a settings dataclass, converting env strings to the declared field types."""
+def _section(cls: type[Any], raw: Any, where: str, base_dir: Path) -> Any:
+    """Builds a settings dataclass from a TOML table or environment strings, converting each
+    value to its field's declared type. A secret ``x`` may come from ``x_file`` instead;
+    relative paths are taken from the config file's folder."""
     if not isinstance(raw, dict):
         raise ConfigError(f"[{where}] must be a table")
-    fields = cls.__dataclass_fields__
+    hints = typing.get_type_hints(cls)
+    raw = dict(raw)
+    for name in [n for n, hint in hints.items() if _base_type(hint) is Secret]:
+        if f"{name}_file" in raw:
+            if name in raw:
+                raise ConfigError(f"{where}: set {name} or {name}_file, not both")
+            raw[name] = _read_secret(base_dir, raw.pop(f"{name}_file"), f"{where}.{name}_file")
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        if key not in fields:
-            raise ConfigError(f"{where}.{key}: unknown setting; known: {', '.join(sorted(fields))}")
-        default = fields[key].default
+        if key not in hints:
+            known = sorted({*hints, *(f"{n}_file" for n, h in hints.items()
+                                      if _base_type(h) is Secret)})
+            raise ConfigError(f"{where}.{key}: unknown setting; known: {', '.join(known)}")
         try:
-            values[key] = _coerce(value, default)
+            values[key] = _coerce(value, hints[key], base_dir)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}.{key}: {exc}") from exc
-    instance = cls(**values)
-    _check_literals(instance, where)
-    return instance
+    return cls(**values)
 
 
-def _coerce(value: Any, default: Any) -> Any:
-    if isinstance(default, bool):
+def _read_secret(base_dir: Path, value: Any, where: str) -> Secret:
+    path = base_dir / str(value)
+    try:
+        # One trailing newline is how files are written, not part of the secret.
+        return Secret(path.read_text(encoding="utf-8").removesuffix("\n"))
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {path}: {exc.strerror}") from exc
+
+
+def _base_type(hint: Any) -> Any:
+    """X for ``X | None``; the hint itself otherwise."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        (inner,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
+        return inner
+    return hint
+
+
+def _coerce(value: Any, hint: Any, base_dir: Path) -> Any:
+    optional = _base_type(hint) is not hint
+    hint = _base_type(hint)
+    if value is None or (optional and value == ""):
+        if optional:
+            return None
+        raise ValueError("a value is required")
+    if typing.get_origin(hint) is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {value!r}")
+        return value
+    if hint is bool:
         if isinstance(value, str):
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(f"expected true or false, got {value!r}")
             return value.lower() in ("true", "1", "yes")
         return bool(value)
-    if isinstance(default, int):
-        return int(value)
-    if isinstance(default, float):
-        return float(value)
-    if isinstance(default, tuple):
+    if hint is int or hint is float:
+        return hint(value)
+    if typing.get_origin(hint) is tuple:
         if isinstance(value, str):
-            return tuple(v.strip() for v in value.split(",") if v.strip())
+            if value.lstrip().startswith("["):  # JSON, as lists are written in TOML
+                try:
+                    value = orjson.loads(value)
+                except orjson.JSONDecodeError as exc:
+                    raise ValueError(f"not a JSON list: {exc}") from exc
+            else:
+                return tuple(v.strip() for v in value.split(",") if v.strip())
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"expected a list of strings, got {value!r}")
         return tuple(value)
-    if isinstance(default, Path):
-        return Path(value)
-    if default is None or isinstance(default, str):
-        return None if value is None else str(value)
-    return value
-
-
-_LITERALS: dict[str, tuple[str, ...]] = {
-    "auto_offset_reset": ("earliest", "latest"),
-    "decimal_handling_mode": ("precise", "string", "double"),
-    "binary_handling_mode": ("bytes", "base64", ),
-    "bigint_unsigned_handling_mode": ("precise", "long"),
-    "time_precision_mode": ("adaptive_time_microseconds", "adaptive", "connect"),
-}
-
-
-def _check_literals(instance: Any, where: str) -> None:
-    for name, allowed in _LITERALS.items():
-        if hasattr(instance, name) and getattr(instance, name) not in allowed:
-            raise ConfigError(f"{where}.{name}: expected one of {', '.join(allowed)}, "
-                              f"got {getattr(instance, name)!r}")
+    if hint is Path:
+        path = Path(str(value))
+        return path if path.is_absolute() else (base_dir / path).resolve()
+    if hint is Secret:
+        return value if isinstance(value, Secret) else Secret(str(value))
+    return str(value)

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.config import KafkaSettings
-from indexer.source.kafka import Producer, topic_partitions
+from indexer.source.kafka import Producer, client_security, topic_partitions
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,8 @@ async def replay(settings: KafkaSettings, selection: ReplayFilter, *,
         return report
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers,
                                 enable_auto_commit=False, group_id=None,
-                                isolation_level="read_committed")
+                                isolation_level="read_committed",
+                                **client_security(settings))
     await consumer.start()
     await asyncio.sleep(0)  # aiokafka's stop() raises if its group-less task never ran
     try:

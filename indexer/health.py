@@ -6,28 +6,30 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from indexer.admin import alias_state
 from indexer.config import Config
-from indexer.sink.elasticsearch import connect
+from indexer.sink.search import SearchClient, SearchError, SearchUnavailable, TransportError
+from indexer.source.kafka import client_security
 
 
 async def check_health(config: Config) -> list[str]:
-    """Problems found (empty when healthy)."""
+    """Problems found (empty when healthy). Settings the servers refuse (credentials, TLS, an
+    unsupported server) raise ConfigError instead: they are errors, not ill health."""
     problems: list[str] = []
-    client = connect(config.elasticsearch)
     try:
-        health = await client.cluster.health()
-        if health.body.get("status") == "red":
-            problems.append("elasticsearch: cluster status red")
-        for table in config.tables:
-            state = await alias_state(client, table.alias)
-            if not state.live:
-                problems.append(f"{table.name}: no index behind alias {table.alias!r} "
-                                "(run `indexer mappings apply`)")
-    except Exception as exc:
-        problems.append(f"elasticsearch: {type(exc).__name__}: {exc}")
-    finally:
-        await client.close()
+        async with SearchClient(config.elasticsearch) as client:
+            health = await client.health()
+            if health.get("status") == "red":
+                problems.append(f"search server ({client.server}): cluster status red")
+            for table in config.tables:
+                state = await alias_state(client, table.alias)
+                if not state.live:
+                    problems.append(f"{table.name}: no index behind alias {table.alias!r} "
+                                    "(run `indexer mappings apply`)")
+    except SearchUnavailable as exc:
+        problems.append(str(exc))
+    except (SearchError, TransportError) as exc:
+        problems.append(f"search server: {exc}")
     admin = AIOKafkaAdminClient(bootstrap_servers=config.kafka.bootstrap_servers,
-                                request_timeout_ms=5000)
+                                request_timeout_ms=5000, **client_security(config.kafka))
     try:
         await admin.start()
         topics = set(await admin.list_topics())

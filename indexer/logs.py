@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 
 import orjson
 
+from indexer.security import Redactor
+
 # aiokafka logs every transient coordinator hiccup at ERROR; they are retried and expected.
 NOISY = {"aiokafka": logging.WARNING, "elastic_transport": logging.WARNING}
 
@@ -22,11 +24,16 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["exception"] = record.exc_text
         return orjson.dumps(entry).decode()
 
 
-def configure(fmt: str = "console", level: str = "INFO") -> None:
+def configure(fmt: str = "console", level: str = "INFO",
+              redactor: Redactor | None = None) -> None:
+    """One handler on stderr; ``redactor`` masks secrets in every record it writes."""
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(redactor or Redactor())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

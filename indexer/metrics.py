@@ -38,11 +38,12 @@ class Metrics:
                                    ["table"], buckets=AGE_BUCKETS, registry=r)
         self.committed = Counter("indexer_offsets_committed", "Offset commits", registry=r)
 
-    def serve(self, port: int) -> None:
-        """Exposes /metrics on 0.0.0.0:port (0 = off)."""
+    def serve(self, host: str, port: int) -> None:
+        """Exposes /metrics on host:port (port 0 = off)."""
         if port:
             try:
-                start_http_server(port, registry=self.registry)
+                start_http_server(port, addr=host, registry=self.registry)
             except OSError as exc:
-                raise ConfigError(f"metrics.port: cannot listen on {port}: {exc.strerror}; "
-                                  "set another port or 0 to turn metrics off") from exc
+                raise ConfigError(f"metrics: cannot listen on {host}:{port}: "
+                                  f"{exc.strerror or exc}; set metrics.host and metrics.port, "
+                                  "or port 0 to turn metrics off") from exc

@@ -25,9 +25,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from elasticsearch import AsyncElasticsearch
-from elasticsearch.helpers import async_scan
-
 from indexer.config import Config, TableConfig
 from indexer.documents import (
     KEY_BUCKETS,
@@ -42,6 +39,7 @@ from indexer.documents import (
 from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
 from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
+from indexer.sink.search import SearchClient
 from indexer.source import mysql
 
 # About this many rows per chunk: small enough that a differing chunk is cheap to compare
@@ -135,7 +133,7 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
     async with ElasticsearchSink(config.elasticsearch, Metrics(),
                                  max_backoff_s=config.batch.max_backoff_s) as sink:
         client = sink.client
-        await client.indices.refresh(index=table.alias)
+        await client.refresh(table.alias)
         progress("chunk sums", 0, 1)
         sql_sums, es_sums = await asyncio.gather(
             _sql_sums(config, plan, parallel), _es_sums(client, table.alias, plan))
@@ -156,13 +154,13 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
         if found and settle_s > 0:
             # Changes made while we looked: give the daemon time, then look again.
             await asyncio.sleep(settle_s)
-            await client.indices.refresh(index=table.alias)
+            await client.refresh(table.alias)
             again = await differences(_chunks_of(plan, found))
             report.rechecked = len(found)
             found = {i: kind for i, kind in again.items() if found.get(i) == kind}
         if repair and found:
             report.repaired = await _repair(config, sink, table, builder, plan, found)
-            await client.indices.refresh(index=table.alias)
+            await client.refresh(table.alias)
             found = await differences(_chunks_of(plan, found))
         _fill(report, plan, found, sql_sums, es_sums)
     report.seconds = round(time.monotonic() - started, 3)
@@ -210,7 +208,7 @@ async def _sql_sums(config: Config, plan: _Plan, parallel: int) -> dict[int, mys
 _LIVE_DOCS = {"bool": {"must_not": [{"term": {f"{META_FIELD}.deleted": True}}]}}
 
 
-async def _es_sums(client: AsyncElasticsearch, alias: str,
+async def _es_sums(client: SearchClient, alias: str,
                    plan: _Plan) -> dict[int, tuple[int, int]]:
     """chunk -> (documents, sum of hashes), in one aggregation request."""
     if plan.width:
@@ -219,8 +217,8 @@ async def _es_sums(client: AsyncElasticsearch, alias: str,
     else:
         grouping = {"terms": {"field": f"{META_FIELD}.bucket", "size": KEY_BUCKETS}}
     grouping["aggs"] = {"hash": {"sum": {"field": f"{META_FIELD}.hash"}}}
-    response = await client.options(request_timeout=600).search(
-        index=alias, size=0, query=_LIVE_DOCS, aggs={"chunks": grouping})
+    response = await client.search(alias, {"size": 0, "query": _LIVE_DOCS,
+                                           "aggs": {"chunks": grouping}}, timeout=600)
     sums = {}
     for bucket in response["aggregations"]["chunks"]["buckets"]:
         key = int(bucket["key"]) // plan.width if plan.width else int(bucket["key"])
@@ -228,7 +226,7 @@ async def _es_sums(client: AsyncElasticsearch, alias: str,
     return sums
 
 
-async def _compare(config: Config, client: AsyncElasticsearch, table: TableConfig,
+async def _compare(config: Config, client: SearchClient, table: TableConfig,
                    plan: _Plan, chunks: Sequence[int], progress: Progress) -> dict[str, str]:
     """id -> "missing" | "extra" | "stale" for every difference inside these chunks."""
     found: dict[str, str] = {}
@@ -259,15 +257,15 @@ async def _compare(config: Config, client: AsyncElasticsearch, table: TableConfi
     return found
 
 
-async def _unchunked(config: Config, client: AsyncElasticsearch, table: TableConfig,
+async def _unchunked(config: Config, client: SearchClient, table: TableConfig,
                      plan: _Plan) -> dict[str, str]:
     """Documents without the indexer's chunk field were written behind its back: stale if
     their row exists, extra if not."""
     field_name = f"{META_FIELD}.key" if plan.width else f"{META_FIELD}.bucket"
     query = {"bool": {"must_not": [*_LIVE_DOCS["bool"]["must_not"],
                                    {"exists": {"field": field_name}}]}}
-    ids = [hit["_id"] async for hit in async_scan(
-        client, index=table.alias, query={"query": query, "_source": False})]
+    ids = [hit["_id"] async for hit in client.scan(table.alias,
+                                                     {"query": query, "_source": False})]
     if not ids:
         return {}
     candidates = [i for i in ids if not plan.width or _is_int(i)]
@@ -284,7 +282,7 @@ def _is_int(text: str) -> bool:
     return text.lstrip("-").isdigit()
 
 
-async def _es_hashes(client: AsyncElasticsearch, alias: str, plan: _Plan,
+async def _es_hashes(client: SearchClient, alias: str, plan: _Plan,
                      chunks: Sequence[int]) -> dict[str, int]:
     if plan.width:
         scope: dict[str, Any] = {"bool": {"should": [
@@ -294,8 +292,8 @@ async def _es_hashes(client: AsyncElasticsearch, alias: str, plan: _Plan,
         scope = {"terms": {f"{META_FIELD}.bucket": list(chunks)}}
     query = {"bool": {"filter": [scope], **_LIVE_DOCS["bool"]}}
     hashes = {}
-    async for hit in async_scan(client, index=alias, size=5000, query={
-            "query": query, "_source": False, "docvalue_fields": [f"{META_FIELD}.hash"]}):
+    async for hit in client.scan(alias, {"query": query, "_source": False,
+                                         "docvalue_fields": [f"{META_FIELD}.hash"]}, size=5000):
         values = hit.get("fields", {}).get(f"{META_FIELD}.hash") or [None]
         hashes[hit["_id"]] = int(values[0]) if values[0] is not None else -1
     return hashes
@@ -332,9 +330,9 @@ async def _repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
             "refused_as_newer": sum(1 for op in ops if op.outcome is Outcome.STALE)}
 
 
-async def _versions(client: AsyncElasticsearch, alias: str, ids: list[str]) -> dict[str, int]:
-    response = await client.search(index=alias, size=len(ids), version=True, source=False,
-                                   query={"ids": {"values": ids}})
+async def _versions(client: SearchClient, alias: str, ids: list[str]) -> dict[str, int]:
+    response = await client.search(alias, {"size": len(ids), "version": True, "_source": False,
+                                           "query": {"ids": {"values": ids}}})
     return {hit["_id"]: int(hit["_version"]) for hit in response["hits"]["hits"]}
 
 

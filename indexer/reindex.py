@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from elasticsearch import AsyncElasticsearch
-from elasticsearch.helpers import async_scan
 
 from indexer.admin import alias_state, create_index, definition_for
 from indexer.config import Config, TableConfig
@@ -34,6 +32,7 @@ from indexer.mappings import alias_of_index, swap_actions, sync_alias
 from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
 from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
+from indexer.sink.search import SearchClient
 from indexer.source import mysql
 
 log = logging.getLogger(__name__)
@@ -88,12 +87,11 @@ async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
             progress("tombstones", 0, 0)
             result.tombstones = await _copy_tombstones(sink, before.live, index, progress)
             progress("refresh", 0, 1)
-            await client.indices.put_settings(index=index, settings=definition.live_settings())
-            await client.indices.refresh(index=index)
+            await client.put_settings(index, definition.live_settings())
+            await client.refresh(index)
             progress("refresh", 1, 1)
             progress("swap", 0, 1)
-            await client.indices.update_aliases(
-                actions=swap_actions(table.alias, index, before.live))
+            await client.update_aliases(swap_actions(table.alias, index, before.live))
             result.replaced = before.live
             progress("swap", 1, 1)
         except BaseException:
@@ -201,8 +199,8 @@ async def _copy_tombstones(sink: ElasticsearchSink, live: list[str], index: str,
     batch: list[Op] = []
     for old in live:
         alias = alias_of_index(old) or old
-        async for hit in async_scan(sink.client, index=old, version=True,
-                                    query={"query": {"term": {f"{META_FIELD}.deleted": True}}}):
+        async for hit in sink.client.scan(old, {
+                "query": {"term": {f"{META_FIELD}.deleted": True}}, "version": True}):
             batch.append(Op(alias, Write(hit["_id"], hit["_version"],
                                          orjson.dumps(hit["_source"]), True), index=index))
             if len(batch) >= 2000:
@@ -216,12 +214,12 @@ async def _copy_tombstones(sink: ElasticsearchSink, live: list[str], index: str,
     return copied
 
 
-async def _abandon(client: AsyncElasticsearch, alias: str, index: str) -> None:
+async def _abandon(client: SearchClient, alias: str, index: str) -> None:
     """Leaves the live alias untouched; the half-built index stops receiving changes and is
     left, named, for inspection or ``--delete-old``."""
     with contextlib.suppress(Exception):
-        await asyncio.shield(client.indices.update_aliases(
-            actions=[{"remove": {"index": index, "alias": sync_alias(alias)}}]))
+        await asyncio.shield(client.update_aliases(
+            [{"remove": {"index": index, "alias": sync_alias(alias)}}]))
     log.error("reindex abandoned: %s is half-built and no longer receives changes; the live "
               "alias %s is unchanged (remove it with `indexer reindex --delete-old`)",
               index, alias)
@@ -238,8 +236,7 @@ async def rollback(config: Config, table: TableConfig) -> tuple[str, str]:
         if not older:
             raise ReindexError(f"no older index behind {sync_alias(table.alias)} to roll back to")
         previous = older[-1]
-        await sink.client.indices.update_aliases(actions=swap_actions(table.alias, previous,
-                                                                      [current]))
+        await sink.client.update_aliases(swap_actions(table.alias, previous, [current]))
         return current, previous
 
 
@@ -250,11 +247,11 @@ async def delete_old(config: Config, table: TableConfig) -> list[str]:
         state = await alias_state(client, table.alias)
         if not state.live:
             raise ReindexError(f"alias {table.alias} points at no index; nothing is deleted")
-        found = await client.indices.get(index=f"{table.alias}-v*", expand_wildcards="all")
-        doomed = sorted(i for i in found.body if alias_of_index(i) == table.alias
+        found = await client.indices(f"{table.alias}-v*")
+        doomed = sorted(i for i in found if alias_of_index(i) == table.alias
                         and i not in state.live)
         for index in doomed:
-            await client.indices.delete(index=index)
+            await client.delete_index(index)
         return doomed
 
 

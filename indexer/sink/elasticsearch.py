@@ -17,8 +17,6 @@ from types import TracebackType
 from typing import Any
 
 import orjson
-from elasticsearch import ApiError, AsyncElasticsearch, TransportError
-from elasticsearch.serializer import OrjsonSerializer
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -31,6 +29,7 @@ from indexer.config import ElasticsearchSettings
 from indexer.documents import Write
 from indexer.mappings import sync_alias
 from indexer.metrics import Metrics
+from indexer.sink.search import SearchClient, SearchError, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +84,11 @@ class ElasticsearchSink:
         self._settings = settings
         self._metrics = metrics
         self._max_backoff_s = max_backoff_s
-        self._client: AsyncElasticsearch | None = None
+        self._client: SearchClient | None = None
 
     async def __aenter__(self) -> ElasticsearchSink:
-        self._client = connect(self._settings)
+        client = SearchClient(self._settings)
+        self._client = await client.__aenter__()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
@@ -97,7 +97,7 @@ class ElasticsearchSink:
             await self._client.close()
 
     @property
-    def client(self) -> AsyncElasticsearch:
+    def client(self) -> SearchClient:
         assert self._client is not None, "use the sink as an async context manager"
         return self._client
 
@@ -107,15 +107,9 @@ class ElasticsearchSink:
         targets: dict[str, list[str]] = {a: [] for a in wanted.values()}
         if not wanted:
             return targets
-        response = await self.client.options(ignore_status=404).indices.get_alias(
-            name=sorted(wanted)
-        )
-        for index, entry in response.body.items():
-            if not isinstance(entry, dict):
-                continue  # the "error"/"status" members of a partial 404
-            for name in entry.get("aliases", {}):
-                if name in wanted:
-                    targets[wanted[name]].append(index)
+        for index, names in (await self.client.aliases(wanted)).items():
+            for name in names:
+                targets[wanted[name]].append(index)
         for indices in targets.values():
             indices.sort()
         return targets
@@ -156,15 +150,14 @@ class ElasticsearchSink:
         started = perf_counter()
         try:
             body = b"\n".join(parts) + b"\n"  # NDJSON: action, document, action, ...
-            response = await self.client.bulk(operations=body,  # type: ignore[arg-type]
-                                               filter_path=BULK_FILTER)
-        except ApiError as exc:
-            if exc.meta.status in RETRY_STATUSES or exc.meta.status >= 500:
-                raise TransientError(f"bulk answered {exc.meta.status}") from exc
+            response = await self.client.bulk(body, filter_path=BULK_FILTER)
+        except SearchError as exc:
+            if exc.status in RETRY_STATUSES or exc.status >= 500:
+                raise TransientError(f"bulk answered {exc.status}") from exc
             raise
         finally:
             self._metrics.bulk_seconds.observe(perf_counter() - started)
-        return self._settle(round_, response.body)
+        return self._settle(round_, response)
 
     def _settle(self, round_: _Round, body: dict[str, Any]) -> list[Op]:
         """Applies item results; returns the ops that must be sent again."""
@@ -220,17 +213,3 @@ def action_line(index: str, write: Write, version_type: str = "external") -> byt
 @functools.lru_cache(maxsize=256)
 def _index_prefix(index: str) -> bytes:
     return b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":'
-
-
-
-def connect(settings: ElasticsearchSettings) -> AsyncElasticsearch:
-    auth = (settings.username, settings.password or "") if settings.username else None
-    return AsyncElasticsearch(
-        list(settings.hosts),
-        basic_auth=auth,
-        request_timeout=settings.request_timeout_s,
-        max_retries=0,  # retries are ours, with backoff, and never commit past a failure
-        retry_on_timeout=False,
-        serializer=OrjsonSerializer(),
-        http_compress=False,
-    )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
@@ -13,7 +15,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from indexer.config import KafkaSettings
+from indexer.config import ConfigError, KafkaSettings
+from indexer.security import tls_context
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +26,44 @@ RevokeHook = Callable[[set[TopicPartition]], Awaitable[None]]
 METADATA_MAX_AGE_MS = 30_000
 # How long the reader's fetch waits when there is nothing to read; bounds how late it stops.
 READ_POLL_MS = 500
+
+
+def client_security(settings: KafkaSettings) -> dict[str, Any]:
+    """aiokafka's security arguments, the same for the consumer, producers and admin clients."""
+    options: dict[str, Any] = {"security_protocol": settings.security_protocol}
+    if settings.tls:
+        if not settings.verify_certs:
+            log.warning("TLS certificates of the Kafka brokers are NOT verified "
+                        "(kafka.verify_certs = false)")
+        try:
+            options["ssl_context"] = tls_context(
+                ca_file=settings.ca_file, cert_file=settings.cert_file,
+                key_file=settings.key_file, key_password=settings.key_password,
+                verify=settings.verify_certs)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"kafka: cannot load the TLS files (ca_file, cert_file, "
+                              f"key_file): {exc}") from exc
+    if settings.sasl:
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        if settings.sasl_mechanism == "OAUTHBEARER":
+            options["sasl_oauth_token_provider"] = _token_provider(settings)
+        else:
+            assert settings.sasl_password is not None
+            options["sasl_plain_username"] = settings.sasl_username
+            options["sasl_plain_password"] = settings.sasl_password.reveal()
+    return options
+
+
+def _token_provider(settings: KafkaSettings) -> Any:
+    """Calls the configured ``module:factory`` for an OAUTHBEARER token provider."""
+    spec = settings.sasl_oauth_token_provider or ""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+        return factory()
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"kafka.sasl_oauth_token_provider: cannot load {spec!r} "
+                          f"({type(exc).__name__}: {exc}); expected 'module:factory'") from exc
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -74,6 +115,7 @@ class KafkaSource:
             check_crcs=s.check_crcs,
             isolation_level="read_committed",
             metadata_max_age_ms=METADATA_MAX_AGE_MS,
+            **client_security(s),
         )
         self._consumer.subscribe(self._topics, listener=_Listener(self._revoked))
         await self._consumer.start()
@@ -169,6 +211,7 @@ class Producer:
             acks="all",
             enable_idempotence=True,
             max_request_size=16 * 1024 * 1024,
+            **client_security(self._settings),
         )
         await self._producer.start()
         return self
@@ -187,7 +230,8 @@ class Producer:
 
 async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
     """The partition numbers of a topic; empty when it does not exist."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers,
+                                **client_security(settings))
     await admin.start()
     try:
         (description,) = await admin.describe_topics([topic])

@@ -8,7 +8,9 @@ values are always parameters.
 
 from __future__ import annotations
 
+import logging
 import re
+import ssl
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +20,11 @@ import pymysql
 import pymysql.cursors
 
 from indexer import values
-from indexer.config import MySQLSettings
+from indexer.config import ConfigError, MySQLSettings
 from indexer.documents import KEY_BUCKETS
+from indexer.security import tls_context
+
+log = logging.getLogger(__name__)
 
 Row = dict[str, Any]
 Converter = Callable[[Any], Any]
@@ -34,10 +39,53 @@ def _quote(identifier: str) -> str:
 
 
 def connect(settings: MySQLSettings, database: str) -> pymysql.connections.Connection[Any]:
-    # TIMESTAMPs are written in UTC, like Debezium's.
-    return pymysql.connect(host=settings.host, port=settings.port, user=settings.user,
-                           password=settings.password, database=database, charset="utf8mb4",
-                           autocommit=True, init_command="SET time_zone = '+00:00'")
+    """A connection in autocommit mode; a refusal becomes one line naming what to fix."""
+    try:
+        # TIMESTAMPs are written in UTC, like Debezium's.
+        return pymysql.connect(host=settings.host, port=settings.port, user=settings.user,
+                               password=settings.password.reveal(), database=database,
+                               charset="utf8mb4", autocommit=True,
+                               init_command="SET time_zone = '+00:00'", **_tls(settings))
+    except pymysql.err.OperationalError as exc:
+        raise ConfigError(_refusal(settings, exc)) from exc
+
+
+def _refusal(settings: MySQLSettings, exc: pymysql.err.OperationalError) -> str:
+    code = exc.args[0] if exc.args else 0
+    text = str(exc.args[1] if len(exc.args) > 1 else exc)
+    where = f"mysql {settings.host}:{settings.port}"
+    if code == 1045:
+        hint = ("" if settings.uses_tls else "; if the account requires TLS, set mysql.tls = "
+                "true and mysql.ca_file")
+        return (f"{where} refused user {settings.user!r} (1045 access denied): check "
+                f"mysql.user and mysql.password (or password_file){hint}")
+    if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
+        if "match" in text or "mismatch" in text:
+            return (f"{where}: its TLS certificate does not name {settings.host!r}; set "
+                    "mysql.host to a name the certificate has, or mysql.verify_identity = "
+                    "false")
+        return (f"{where}: TLS certificate not trusted ({text.split('(', 1)[-1].rstrip(')')}); "
+                "set mysql.ca_file to the CA that signed it")
+    if "SSL" in text or "TLS" in text or code == 2026:
+        return f"{where}: TLS failed ({text}); check mysql.tls and mysql.ca_file"
+    return f"{where}: {text} (error {code}); check mysql.host and mysql.port"
+
+
+def _tls(settings: MySQLSettings) -> dict[str, Any]:
+    """TLS when configured (and then required: no silent fallback to plain text); pymysql's
+    own default would try TLS without verifying anything."""
+    if not settings.uses_tls:
+        return {"ssl_disabled": True}
+    if not settings.verify_certs:
+        log.warning("TLS certificates of MySQL are NOT verified (mysql.verify_certs = false)")
+    try:
+        context = tls_context(ca_file=settings.ca_file, cert_file=settings.cert_file,
+                              key_file=settings.key_file, verify=settings.verify_certs,
+                              check_hostname=settings.verify_identity)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"mysql: cannot load the TLS files (ca_file, cert_file, key_file): "
+                          f"{exc}") from exc
+    return {"ssl": context}
 
 
 def _fetch_all(settings: MySQLSettings, database: str, query: str,

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import os
 import time
-import urllib.request
+import tomllib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,17 +23,15 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord, TopicPartition
-from elasticsearch import AsyncElasticsearch
-from elasticsearch.helpers import async_scan
 
-from indexer.config import Config, build_config
+from indexer.config import Config, ConfigError, build_config
 from indexer.daemon import Daemon
 from indexer.documents import META_FIELD
+from indexer.sink.search import SearchClient
+from indexer.source import mysql
+from indexer.source.kafka import client_security
 
 REPO = Path(__file__).parents[2]
-MYSQL_PORT = int(os.environ.get("MYSQL_PORT", "3306"))
-KAFKA = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
-ES = f"http://127.0.0.1:{os.environ.get('ES_PORT', '9200')}"
 DATABASE = "indexer_test"
 TOPIC_PREFIX = "mysql"
 SENTINEL_ID = 987654321  # a key no test uses for its own rows
@@ -41,20 +39,40 @@ SENTINEL_ID = 987654321  # a key no test uses for its own rows
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
 
+def _profile() -> dict[str, Any]:
+    """How to reach the stack under test: the connection sections of a config file written
+    by ``dev/stack.sh profile`` (INDEXER_TEST_CONFIG; a server variant or the secured
+    stack), or the default dev stack's ports."""
+    path = os.environ.get("INDEXER_TEST_CONFIG")
+    if path:
+        return tomllib.loads(Path(path).read_text())
+    return {
+        "kafka": {"bootstrap_servers": f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"},
+        "elasticsearch": {"hosts": [f"http://127.0.0.1:{os.environ.get('ES_PORT', '9200')}"]},
+        "mysql": {"port": int(os.environ.get("MYSQL_PORT", "3306"))},
+    }
+
+
+PROFILE = _profile()
+# The stack's connection settings, through indexer's own configuration and adapters.
+STACK = build_config({**PROFILE, "tables": [{"name": f"{DATABASE}.t"}]}, REPO)
+KAFKA = STACK.kafka.bootstrap_servers
+KAFKA_SECURITY = client_security(STACK.kafka)
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
 def mysql_connect() -> pymysql.connections.Connection[Any]:
-    return pymysql.connect(host="127.0.0.1", port=MYSQL_PORT, user="indexer", password="indexer",
-                           database=DATABASE, autocommit=True, charset="utf8mb4")
+    return mysql.connect(STACK.mysql, DATABASE)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _stack_is_up() -> None:
     try:
         mysql_connect().close()
-    except pymysql.err.OperationalError as exc:
+    except ConfigError as exc:
         pytest.fail(f"MariaDB is not reachable ({exc}); run dev/stack.sh up")
 
 
@@ -72,10 +90,9 @@ def sql(db: pymysql.connections.Connection[Any], statement: str, *args: Any) -> 
 
 
 @pytest.fixture
-async def es() -> AsyncIterator[AsyncElasticsearch]:
-    client = AsyncElasticsearch(ES, request_timeout=60)
-    yield client
-    await client.close()
+async def es() -> AsyncIterator[SearchClient]:
+    async with SearchClient(STACK.elasticsearch) as client:
+        yield client
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float,
@@ -89,7 +106,8 @@ async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float,
 
 @contextlib.asynccontextmanager
 async def consumer_of(**options: Any) -> AsyncIterator[AIOKafkaConsumer]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=KAFKA, enable_auto_commit=False, **options)
+    consumer = AIOKafkaConsumer(bootstrap_servers=KAFKA, enable_auto_commit=False,
+                                **KAFKA_SECURITY, **options)
     await consumer.start()
     await asyncio.sleep(0)  # aiokafka's stop() raises if its group-less task never ran
     try:
@@ -144,7 +162,7 @@ async def end_offsets(topic: str) -> dict[int, int]:
 
 
 async def committed_offsets(group: str, topic: str) -> dict[int, int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA, **KAFKA_SECURITY)
     await admin.start()
     try:
         offsets = await admin.list_consumer_group_offsets(group)
@@ -154,7 +172,7 @@ async def committed_offsets(group: str, topic: str) -> dict[int, int]:
 
 
 async def create_topic(topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA, **KAFKA_SECURITY)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, partitions, 1)])
@@ -174,7 +192,7 @@ async def wait_for_topic(topic: str, partitions: int = 1, timeout: float = 60) -
 
 async def produce(topic: str, messages: Sequence[tuple[bytes | None, bytes | None, int | None]],
                   headers: list[tuple[str, bytes]] | None = None) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=KAFKA, acks="all")
+    producer = AIOKafkaProducer(bootstrap_servers=KAFKA, acks="all", **KAFKA_SECURITY)
     await producer.start()
     try:
         for key, value, partition in messages:
@@ -202,8 +220,8 @@ class TestTable:
 
 
 @pytest.fixture
-def make_table(db: pymysql.connections.Connection[Any],
-               tmp_path: Path) -> Iterator[Callable[..., TestTable]]:
+async def make_table(db: pymysql.connections.Connection[Any], es: SearchClient,
+                     tmp_path: Path) -> AsyncIterator[Callable[..., TestTable]]:
     created: list[str] = []
     aliases: list[str] = []
 
@@ -223,8 +241,8 @@ def make_table(db: pymysql.connections.Connection[Any],
             sql(db, f"DROP TABLE IF EXISTS `{name}`")
     # A dev stack outlives many runs: leftover indices would reach the per-node shard limit.
     for alias in aliases:
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(urllib.request.Request(f"{ES}/{alias}-v*", method="DELETE"))
+        with contextlib.suppress(Exception):
+            await es.delete_matching(f"{alias}-v*")
 
 
 def toml(raw: dict[str, Any]) -> str:
@@ -246,9 +264,10 @@ def make_config(tmp_path: Path) -> Callable[..., Config]:
     def make(*entries: dict[str, Any], file: Path | None = None,
              **sections: dict[str, Any]) -> Config:
         raw: dict[str, Any] = {
-            "kafka": {"bootstrap_servers": KAFKA, "group_id": unique("it-group"),
+            "kafka": {**PROFILE.get("kafka", {}), "group_id": unique("it-group"),
                       "dead_letter_topic": unique("it-dlq")},
-            "elasticsearch": {"hosts": [ES], "mappings_dir": str(tmp_path)},
+            "elasticsearch": {**PROFILE.get("elasticsearch", {}), "mappings_dir": str(tmp_path)},
+            "mysql": dict(PROFILE.get("mysql", {})),
             "metrics": {"port": 0},
             "batch": {"max_backoff_s": 2.0},
             "tables": list(entries),
@@ -280,13 +299,12 @@ async def running(config: Config) -> AsyncIterator[Daemon]:
         await asyncio.wait_for(task, 60)
 
 
-async def documents(es: AsyncElasticsearch, alias: str) -> dict[str, dict[str, Any]]:
+async def documents(es: SearchClient, alias: str) -> dict[str, dict[str, Any]]:
     """Every document visible through the read alias (tombstones are filtered out), without
     the indexer's own ``_indexer`` field."""
-    await es.indices.refresh(index=f"{alias}-sync")
+    await es.refresh(f"{alias}-sync")
     return {hit["_id"]: _without_meta(hit["_source"])
-            async for hit in async_scan(es, index=alias, query={"query": {"match_all": {}}},
-                                        size=5000)}
+            async for hit in es.scan(alias, {"query": {"match_all": {}}}, size=5000)}
 
 
 def _without_meta(source: dict[str, Any]) -> dict[str, Any]:
@@ -294,27 +312,31 @@ def _without_meta(source: dict[str, Any]) -> dict[str, Any]:
     return source
 
 
-async def count(es: AsyncElasticsearch, alias: str) -> int:
-    await es.indices.refresh(index=f"{alias}-sync")
-    return int((await es.count(index=alias))["count"])
+async def count(es: SearchClient, alias: str) -> int:
+    await es.refresh(f"{alias}-sync")
+    return await es.count(alias)
 
 
-async def live_index(es: AsyncElasticsearch, alias: str) -> str:
-    (index,) = (await es.indices.get_alias(name=alias)).body
-    return str(index)
+async def live_index(es: SearchClient, alias: str) -> str:
+    (index,) = await es.aliases([alias])
+    return index
 
 
-async def raw_documents(es: AsyncElasticsearch, alias: str) -> dict[str, dict[str, Any]]:
+async def synced_indices(es: SearchClient, alias: str) -> set[str]:
+    return set(await es.aliases([f"{alias}-sync"]))
+
+
+async def raw_documents(es: SearchClient, alias: str) -> dict[str, dict[str, Any]]:
     """Every document of the live index, tombstones included, with ``_version``."""
-    await es.indices.refresh(index=f"{alias}-sync")
-    live = list((await es.indices.get_alias(name=alias)).body)
-    response = await es.search(index=live, size=10000, query={"match_all": {}},
-                               version=True)
+    await es.refresh(f"{alias}-sync")
+    live = await live_index(es, alias)
+    response = await es.search(live, {"size": 10000, "query": {"match_all": {}},
+                                      "version": True})
     return {hit["_id"]: {**hit["_source"], "_version": hit["_version"]}
             for hit in response["hits"]["hits"]}
 
 
-async def wait_for_documents(es: AsyncElasticsearch, alias: str,
+async def wait_for_documents(es: SearchClient, alias: str,
                              expected: dict[str, dict[str, Any]], timeout: float = 60) -> None:
     last: dict[str, dict[str, Any]] = {}
 
@@ -355,7 +377,7 @@ def insert_rows(db: Any, table: str, first: int, last: int, chunk: int = 1000) -
 
 
 @contextlib.asynccontextmanager
-async def caught_up(db: Any, es: AsyncElasticsearch, table: TestTable, config: Config,
+async def caught_up(db: Any, es: SearchClient, table: TestTable, config: Config,
                     timeout: float = 60) -> AsyncIterator[Daemon]:
     """The daemon running, once every row of the table already written is in the index."""
     await wait_for_topic(table.topic)

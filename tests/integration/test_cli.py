@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from elasticsearch import AsyncElasticsearch
 
+from indexer.sink.search import SearchClient
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
     expected_rows,
+    live_index,
     produce,
     raw_documents,
     sql,
@@ -41,7 +42,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_mappings_apply_and_check(es: AsyncElasticsearch, make_table: Any,
+async def test_mappings_apply_and_check(es: SearchClient, make_table: Any,
                                         make_config: Any, tmp_path: Path) -> None:
     table = make_table(COLUMNS)
     config_file = tmp_path / "indexer.toml"
@@ -51,9 +52,9 @@ async def test_mappings_apply_and_check(es: AsyncElasticsearch, make_table: Any,
     assert unhealthy.returncode == 1 and "mappings apply" in unhealthy.stderr
     applied = await indexer("mappings", "apply", "-c", str(config_file))
     assert applied.returncode == 0, applied.stderr
-    (index,) = (await es.indices.get_alias(name=table.alias)).body
+    index = await live_index(es, table.alias)
     assert index.startswith(f"{table.alias}-v")
-    mapping = (await es.indices.get_mapping(index=index)).body[index]["mappings"]
+    mapping = (await es.request("GET", f"/{index}/_mapping"))[index]["mappings"]
     assert mapping["properties"]["_indexer"]["properties"]["hash"] == {"type": "long"}
     no_topic = await indexer("check", "-c", str(config_file))
     # The topic appears with the table's first change.
@@ -65,7 +66,7 @@ async def test_mappings_apply_and_check(es: AsyncElasticsearch, make_table: Any,
 
 
 async def test_metrics_json_logs_replay_and_purge(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any,
+        db: Any, es: SearchClient, make_table: Any, make_config: Any,
         tmp_path: Path) -> None:
     table = make_table(COLUMNS)
     sql(db, f"INSERT INTO `{table.name}` VALUES (1, 'a', 1, 1), (2, 'b', 2, 2)")

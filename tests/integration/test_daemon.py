@@ -7,9 +7,9 @@ import random
 from typing import Any
 
 import orjson
-from elasticsearch import AsyncElasticsearch
 
 from indexer.dlq import DeadLetter
+from indexer.sink.search import SearchClient
 from tests.integration.conftest import (
     COLUMNS,
     all_events,
@@ -37,7 +37,7 @@ def counter(daemon: Any, name: str, table: str) -> float:
     return float(value or 0)
 
 
-async def test_insert_update_delete_and_key_change(db: Any, es: AsyncElasticsearch,
+async def test_insert_update_delete_and_key_change(db: Any, es: SearchClient,
                                                    make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     sql(db, f"INSERT INTO `{table.name}` VALUES (1, 'tea', 7.90, 3), (2, 'mug', 14.00, 1)")
@@ -59,7 +59,7 @@ async def test_insert_update_delete_and_key_change(db: Any, es: AsyncElasticsear
         assert counter(daemon, "indexed", name) + counter(daemon, "stale", name) == 5
 
 
-async def test_replaying_the_whole_topic_changes_nothing(db: Any, es: AsyncElasticsearch,
+async def test_replaying_the_whole_topic_changes_nothing(db: Any, es: SearchClient,
                                                          make_table: Any,
                                                          make_config: Any) -> None:
     table = make_table(COLUMNS)
@@ -86,7 +86,7 @@ async def _ready(value: bool) -> bool:
 
 
 async def test_events_shuffled_across_partitions_end_equal_to_mysql(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     rng = random.Random(7)
     for i in range(1, 41):
@@ -111,7 +111,7 @@ async def test_events_shuffled_across_partitions_end_equal_to_mysql(
 
 
 async def test_delete_then_stale_update_after_gc_deletes_stays_deleted(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     sql(db, f"INSERT INTO `{table.name}` VALUES (1, 'a', 1, 1), (2, 'b', 2, 2)")
     sql(db, f"UPDATE `{table.name}` SET qty = 10 WHERE id = 1")
@@ -119,7 +119,7 @@ async def test_delete_then_stale_update_after_gc_deletes_stays_deleted(
     async with caught_up(db, es, table, make_config(table.entry())):
         index = await live_index(es, table.alias)
         # Versioned deletes are forgotten after gc_deletes: make that immediate.
-        await es.indices.put_settings(index=index, settings={"index.gc_deletes": "0s"})
+        await es.put_settings(index, {"index.gc_deletes": "0s"})
         await asyncio.sleep(1)
         records = await read_topic(table.topic, 5)
         # The update of row 1, older than its delete.
@@ -133,7 +133,7 @@ async def test_delete_then_stale_update_after_gc_deletes_stays_deleted(
 
 
 async def test_poison_messages_are_dead_lettered_and_good_events_indexed(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     strict = {"mappings": {"dynamic": "strict", "properties": {
         "id": {"type": "long"}, "name": {"type": "keyword"}, "price": {"type": "double"},
         "qty": {"type": "integer"}}}}
@@ -168,7 +168,7 @@ async def test_poison_messages_are_dead_lettered_and_good_events_indexed(
 
     # After the fix (the mapping learns the column), a replay indexes the dead letter.
     index = await live_index(es, table.alias)
-    await es.indices.put_mapping(index=index, properties={"colour": {"type": "keyword"}})
+    await es.put_mapping(index, {"colour": {"type": "keyword"}})
     from indexer.dlq import ReplayFilter, replay
 
     report = await replay(config.kafka, ReplayFilter(kinds=frozenset(
@@ -184,11 +184,11 @@ async def _committed_all(group: str, topic: str, ends: dict[int, int]) -> bool:
     return await committed_offsets(group, topic) == ends
 
 
-async def _has(es: AsyncElasticsearch, alias: str, doc_id: str) -> bool:
+async def _has(es: SearchClient, alias: str, doc_id: str) -> bool:
     return doc_id in await documents(es, alias)
 
 
-async def test_several_tables_in_one_process(db: Any, es: AsyncElasticsearch, make_table: Any,
+async def test_several_tables_in_one_process(db: Any, es: SearchClient, make_table: Any,
                                              make_config: Any) -> None:
     first, second = make_table(COLUMNS), make_table(
         "sku VARCHAR(20), region VARCHAR(8), qty INT, PRIMARY KEY (sku, region)")

@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 import pytest
-from elasticsearch import AsyncElasticsearch
 
+from indexer.sink.search import SearchClient
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
@@ -81,7 +81,7 @@ def stack(*args: str) -> None:
 
 
 async def test_kill_9_mid_batch_then_restart_loses_nothing(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any, spawn: Any,
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, spawn: Any,
         tmp_path: Path) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 20000)
@@ -104,7 +104,7 @@ async def test_kill_9_mid_batch_then_restart_loses_nothing(
     assert indexed < 18000
 
 
-async def _at_least(es: AsyncElasticsearch, alias: str, n: int) -> bool:
+async def _at_least(es: SearchClient, alias: str, n: int) -> bool:
     try:
         return await count(es, alias) >= n
     except Exception:
@@ -112,7 +112,7 @@ async def _at_least(es: AsyncElasticsearch, alias: str, n: int) -> bool:
 
 
 async def test_sigterm_finishes_the_batch_commits_and_exits_0(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any, spawn: Any,
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, spawn: Any,
         tmp_path: Path) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 20000)
@@ -133,7 +133,7 @@ async def test_sigterm_finishes_the_batch_commits_and_exits_0(
 
 
 async def test_elasticsearch_down_30s_then_back_loses_nothing_and_deletes_stay(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 50)
     sql(db, f"UPDATE `{table.name}` SET qty = 99 WHERE id = 1")
@@ -164,7 +164,7 @@ async def test_elasticsearch_down_30s_then_back_loses_nothing_and_deletes_stay(
 
 
 async def test_elasticsearch_answering_429_holds_commits_then_catches_up(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 10)
     config = make_config(table.entry())
@@ -174,8 +174,7 @@ async def test_elasticsearch_answering_429_holds_commits_then_catches_up(
                          "first commit")
         index = await live_index(es, table.alias)
         # The flood-stage block: every write to the index answers 429.
-        await es.indices.put_settings(index=index,
-                                      settings={"index.blocks.read_only_allow_delete": True})
+        await es.put_settings(index, {"index.blocks.read_only_allow_delete": True})
         try:
             insert_rows(db, table.name, 11, 60)
             await asyncio.sleep(5)
@@ -185,8 +184,7 @@ async def test_elasticsearch_answering_429_holds_commits_then_catches_up(
                                                                {"reason": "item"})
             assert retried and retried >= 50
         finally:
-            await es.indices.put_settings(
-                index=index, settings={"index.blocks.read_only_allow_delete": None})
+            await es.put_settings(index, {"index.blocks.read_only_allow_delete": None})
         await wait_for_documents(es, table.alias, expected_rows(db, table.name))
 
 
@@ -195,7 +193,7 @@ async def _committed(group: str, topic: str, ends: dict[int, int]) -> bool:
 
 
 async def test_rebalances_between_two_daemons_lose_nothing(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 4000, chunk=200)
     rng = random.Random(3)

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from elasticsearch import AsyncElasticsearch
 
 from indexer.reconcile import reconcile
+from indexer.sink.search import SearchClient
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
@@ -27,16 +27,16 @@ from tests.integration.conftest import (
 from tests.integration.test_reindex import busy_writer
 
 
-async def inject_drift(db: Any, es: AsyncElasticsearch, table: Any) -> dict[str, set[str]]:
+async def inject_drift(db: Any, es: SearchClient, table: Any) -> dict[str, set[str]]:
     index = await live_index(es, table.alias)
     for doc_id in ("11", "12", "13"):  # documents lost
-        await es.delete(index=index, id=doc_id)
+        await es.request("DELETE", f"/{index}/_doc/{doc_id}")
     for doc_id in ("21", "22"):  # documents replaced by a hand-edited copy
-        source = (await es.get(index=index, id=doc_id))["_source"]
+        source = (await es.request("GET", f"/{index}/_doc/{doc_id}"))["_source"]
         source.pop("_indexer")
-        await es.index(index=index, id=doc_id, document={**source, "name": "tampered"})
-    await es.index(index=index, id="9001", document={"id": 9001, "name": "ghost"})
-    await es.index(index=index, id="not-a-key", document={"name": "ghost"})
+        await es.request("PUT", f"/{index}/_doc/{doc_id}", {**source, "name": "tampered"})
+    await es.request("PUT", f"/{index}/_doc/9001", {"id": 9001, "name": "ghost"})
+    await es.request("PUT", f"/{index}/_doc/not-a-key", {"name": "ghost"})
     # Rows changed with the binlog off: Debezium never sees them.
     sql(db, "SET SESSION sql_log_bin = 0")
     try:
@@ -45,13 +45,13 @@ async def inject_drift(db: Any, es: AsyncElasticsearch, table: Any) -> dict[str,
         sql(db, f"INSERT INTO `{table.name}` VALUES (5000, 'hidden', 1.00, 1)")
     finally:
         sql(db, "SET SESSION sql_log_bin = 1")
-    await es.indices.refresh(index=index)
+    await es.refresh(index)
     return {"missing": {"11", "12", "13", "5000"}, "extra": {"41", "9001", "not-a-key"},
             "stale": {"21", "22", "31", "32"}}
 
 
 async def test_drift_behind_the_pipelines_back_is_found_exactly_and_repaired(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any,
+        db: Any, es: SearchClient, make_table: Any, make_config: Any,
         tmp_path: Path) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 3000)
@@ -78,7 +78,7 @@ async def test_drift_behind_the_pipelines_back_is_found_exactly_and_repaired(
     config_file = tmp_path / "indexer.toml"
     make_config(table.entry(), file=config_file)
     index = await live_index(es, table.alias)
-    await es.delete(index=index, id="7", refresh=True)
+    await es.request("DELETE", f"/{index}/_doc/7", params={"refresh": True})
     command = [sys.executable, "-m", "indexer", "reconcile", table.name, "--config",
                str(config_file), "--settle", "0"]
     drift = await _cli(command, "--format", "json")
@@ -99,7 +99,7 @@ async def _cli(command: list[str], *more: str) -> subprocess.CompletedProcess[by
                                    capture_output=True)
 
 
-async def test_live_writes_are_rechecked_not_reported(db: Any, es: AsyncElasticsearch,
+async def test_live_writes_are_rechecked_not_reported(db: Any, es: SearchClient,
                                                       make_table: Any,
                                                       make_config: Any) -> None:
     table = make_table(COLUMNS)

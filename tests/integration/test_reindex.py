@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from elasticsearch import AsyncElasticsearch
 
 from indexer.config import ConnectorSettings
 from indexer.documents import DocumentBuilder
 from indexer.events import EnvelopeDecoder
-from indexer.mappings import sync_alias
 from indexer.reindex import delete_old, reindex, rollback
+from indexer.sink.search import SearchClient
 from indexer.source import mysql
 from tests.integration.conftest import (
     COLUMNS,
@@ -32,6 +31,7 @@ from tests.integration.conftest import (
     mysql_connect,
     running,
     sql,
+    synced_indices,
     unique,
     wait_for_documents,
 )
@@ -64,7 +64,7 @@ def busy_writer(table: str, stop: threading.Event, first_new_id: int, seed: int)
 
 
 async def test_reindex_while_writing_and_streaming_ends_equal_to_mysql(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 30000)
     config = make_config(table.entry())
@@ -84,15 +84,14 @@ async def test_reindex_while_writing_and_streaming_ends_equal_to_mysql(
         assert result.replaced == [old]
         new = await live_index(es, table.alias)
         assert new == result.index != old
-        synced = (await es.indices.get_alias(name=sync_alias(table.alias))).body
-        assert set(synced) == {old, new}
+        assert await synced_indices(es, table.alias) == {old, new}
         # Every document equals MySQL, in both indices (the old one is kept current).
         await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
-        settings = (await es.indices.get_settings(index=new)).body[new]["settings"]["index"]
+        settings = (await es.request("GET", f"/{new}/_settings"))[new]["settings"]["index"]
         assert settings.get("refresh_interval", "1s") != "-1"
 
 
-async def test_rollback_and_delete_old(db: Any, es: AsyncElasticsearch, make_table: Any,
+async def test_rollback_and_delete_old(db: Any, es: SearchClient, make_table: Any,
                                        make_config: Any) -> None:
     table = make_table(COLUMNS)
     insert_rows(db, table.name, 1, 200)
@@ -111,12 +110,12 @@ async def test_rollback_and_delete_old(db: Any, es: AsyncElasticsearch, make_tab
         await wait_for_documents(es, table.alias, expected_rows(db, table.name))
     deleted = await delete_old(config, config.tables[0])
     assert deleted == [result.index]
-    assert not await es.indices.exists(index=result.index)
+    assert not await es.index_exists(result.index)
     assert await live_index(es, table.alias) == old
 
 
 async def test_reindex_and_stream_build_identical_documents_for_every_type(
-        db: Any, es: AsyncElasticsearch, make_table: Any, make_config: Any) -> None:
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(TYPE_COLUMNS, TYPE_MAPPING)
     insert_every_type(db, table.name)
     config = make_config(table.entry())
@@ -150,7 +149,7 @@ async def test_reindex_and_stream_build_identical_documents_for_every_type(
         assert await documents(es, table.alias) == streamed_docs
 
 
-async def wait_until_three(es: AsyncElasticsearch, alias: str) -> None:
+async def wait_until_three(es: SearchClient, alias: str) -> None:
     for _ in range(300):
         try:
             if len(await documents(es, alias)) == 3:
@@ -162,7 +161,7 @@ async def wait_until_three(es: AsyncElasticsearch, alias: str) -> None:
 
 
 async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
-        es: AsyncElasticsearch, make_config: Any, tmp_path: Path) -> None:
+        es: SearchClient, make_config: Any, tmp_path: Path) -> None:
     table = unique("interrupted")
     alias = table.replace("_", "-")
     db = mysql_connect()
@@ -185,16 +184,15 @@ async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
         _, stderr = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode != 0
         assert await live_index(es, alias) == live
-        synced = set((await es.indices.get_alias(name=sync_alias(alias))).body)
-        assert synced == {live}
-        indices = set((await es.indices.get(index=f"{alias}-v*")).body)
+        assert await synced_indices(es, alias) == {live}
+        indices = set(await es.indices(f"{alias}-v*"))
         (half_built,) = indices - {live}
         assert half_built in stderr.decode()
         deleted = await asyncio.to_thread(
             subprocess.run, [*command, "--delete-old"], cwd=REPO, capture_output=True)
         assert deleted.returncode == 0 and half_built.encode() in deleted.stderr
-        assert set((await es.indices.get(index=f"{alias}-v*")).body) == {live}
+        assert set(await es.indices(f"{alias}-v*")) == {live}
     finally:
         sql(db, f"DROP TABLE IF EXISTS indexer_bench.`{table}`")
         db.close()
-        await es.options(ignore_status=404).indices.delete(index=f"{alias}-v*")
+        await es.delete_matching(f"{alias}-v*")

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
-from elasticsearch import AsyncElasticsearch, ConflictError
 
+from indexer.sink.search import SearchClient, SearchError
 from tests.integration.conftest import REPO, read_topic, sql, unique
 
 
@@ -66,23 +66,24 @@ async def test_rows_of_one_transaction_have_increasing_positions(db: Any,
     assert positions == sorted(positions) and len(set(positions)) == 100
 
 
-async def test_external_versions_reject_lower_versions(es: AsyncElasticsearch) -> None:
+async def test_external_versions_reject_lower_versions(es: SearchClient) -> None:
     index = unique("it-versions").lower()
-    await es.indices.create(index=index)
+    await es.create_index(index, {})
+
+    async def write(version: int) -> None:
+        await es.request("PUT", f"/{index}/_doc/1", {"v": version},
+                         params={"version": version, "version_type": "external"})
+
     try:
-        await es.index(index=index, id="1", document={"v": 5}, version=5,
-                       version_type="external")
-        with pytest.raises(ConflictError):
-            await es.index(index=index, id="1", document={"v": 4}, version=4,
-                           version_type="external")
-        with pytest.raises(ConflictError):
-            await es.index(index=index, id="1", document={"v": 5}, version=5,
-                           version_type="external")
-        await es.index(index=index, id="1", document={"v": 6}, version=6,
-                       version_type="external")
-        assert (await es.get(index=index, id="1"))["_source"] == {"v": 6}
+        await write(5)
+        for stale in (4, 5):
+            with pytest.raises(SearchError) as refused:
+                await write(stale)
+            assert refused.value.status == 409
+        await write(6)
+        assert (await es.request("GET", f"/{index}/_doc/1"))["_source"] == {"v": 6}
     finally:
-        await es.indices.delete(index=index)
+        await es.delete_index(index)
 
 
 def test_a_server_that_cannot_start_fails_up_at_once_with_its_log(tmp_path: Path) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from elasticsearch import AsyncElasticsearch
-
+from indexer.sink.search import SearchClient
 from tests.integration.conftest import running, sql, wait_for_documents, wait_for_topic
 
 COLUMNS = """
@@ -98,7 +97,7 @@ def insert_every_type(db: Any, table: str) -> None:
     sql(db, f"INSERT INTO `{table}` (id) VALUES (3)")
 
 
-async def test_every_column_type_arrives_exactly(db: Any, es: AsyncElasticsearch,
+async def test_every_column_type_arrives_exactly(db: Any, es: SearchClient,
                                                  make_table: Any, make_config: Any) -> None:
     assert len(NAMES) == len(MAX_ROW) == len(MIN_ROW) == len(EXPECTED_MAX)
     table = make_table(COLUMNS, MAPPING)
@@ -109,7 +108,7 @@ async def test_every_column_type_arrives_exactly(db: Any, es: AsyncElasticsearch
                                                    "3": EXPECTED_NULLS})
 
 
-async def test_zero_dates_become_null(db: Any, es: AsyncElasticsearch, make_table: Any,
+async def test_zero_dates_become_null(db: Any, es: SearchClient, make_table: Any,
                                       make_config: Any) -> None:
     table = make_table("id INT PRIMARY KEY, d DATE, dt DATETIME(3)")
     sql(db, "SET sql_mode = ''")
