@@ -32,7 +32,8 @@ app.add_typer(tombstones_app, name="tombstones")
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file",
                                                    envvar="INDEXER_CONFIG")]
 LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")]
-err = Console(stderr=True)
+# Lines are never wrapped: an error is one line, whatever reads it.
+err = Console(stderr=True, soft_wrap=True)
 
 T = TypeVar("T")
 GC_THRESHOLD = 50_000

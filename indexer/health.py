@@ -7,7 +7,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from indexer.admin import alias_state
 from indexer.config import Config
 from indexer.sink.search import SearchClient, SearchError, SearchUnavailable, TransportError
-from indexer.source.kafka import client_security
+from indexer.source.kafka import KafkaUnavailable, client_security, probe
 
 
 async def check_health(config: Config) -> list[str]:
@@ -28,6 +28,10 @@ async def check_health(config: Config) -> list[str]:
         problems.append(str(exc))
     except (SearchError, TransportError) as exc:
         problems.append(f"search server: {exc}")
+    try:
+        await probe(config.kafka)
+    except KafkaUnavailable as exc:
+        return [*problems, str(exc)]
     admin = AIOKafkaAdminClient(bootstrap_servers=config.kafka.bootstrap_servers,
                                 request_timeout_ms=5000, **client_security(config.kafka))
     try:

@@ -11,7 +11,8 @@ import orjson
 from indexer.security import Redactor
 
 # aiokafka logs every transient coordinator hiccup at ERROR; they are retried and expected.
-NOISY = {"aiokafka": logging.WARNING, "elastic_transport": logging.WARNING}
+# elastic-transport's node-pool warnings repeat what the sink's retry log and start-up errors say.
+NOISY = {"aiokafka": logging.WARNING, "elastic_transport": logging.ERROR}
 
 
 class JsonFormatter(logging.Formatter):

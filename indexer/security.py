@@ -79,6 +79,12 @@ class Redactor(logging.Filter):
         return True
 
 
+def tls_reason(text: str) -> str:
+    """OpenSSL's message without its decorations: "certificate verify failed: self-signed
+    certificate" out of "[SSL: CERTIFICATE_VERIFY_FAILED] certificate ... (_ssl.c:1006)"."""
+    return text.split("] ", 1)[-1].split(" (_ssl.c")[0].strip("()'\"[] ")
+
+
 def tls_context(*, ca_file: Path | None = None, cert_file: Path | None = None,
                 key_file: Path | None = None, key_password: Secret | None = None,
                 verify: bool = True, check_hostname: bool = True) -> ssl.SSLContext:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import ssl
 from collections.abc import AsyncIterator, Collection, Mapping
 from types import TracebackType
 from typing import Any
@@ -30,7 +31,7 @@ from elastic_transport import (
 from elastic_transport import OrjsonSerializer as _JsonSerializer
 
 from indexer.config import ConfigError, ElasticsearchSettings
-from indexer.security import redact_url, tls_context
+from indexer.security import redact_url, tls_context, tls_reason
 from indexer.sink.servers import Server, identify
 
 log = logging.getLogger(__name__)
@@ -227,54 +228,62 @@ class SearchClient:
                     log.debug("could not clear a scroll: %s", exc)
 
     async def _detect(self) -> Server:
-        """What is answering, asked once: ``GET /`` names the distribution and version
-        (minimal Elasticsearch builds refuse it with 405: their nodes API still tells)."""
-        transport = self._transport
-        assert transport is not None
+        """What is answering, asked once. Elasticsearch names itself in a header on every
+        answer, and its nodes API gives the version (minimal builds refuse ``GET /``);
+        OpenSearch names its distribution in ``GET /``."""
         try:
-            root = await transport.perform_request("GET", "/", headers=self._headers,
-                                                   request_timeout=self._settings.request_timeout_s)
-            status, product = root.meta.status, root.meta.headers.get("x-elastic-product")
-            body = root.body
-            if status in (404, 405) and product:
-                nodes = await self.request("GET", "/_nodes/_local",
-                                           params={"filter_path": "nodes.*.version"})
-                versions = [n.get("version") for n in (nodes.get("nodes") or {}).values()]
-                body = {"version": {"number": versions[0] if versions else None}}
-            elif status >= 300:
-                raise SearchError(status, "GET", "/", body)
+            transport = self._transport
+            assert transport is not None
+            nodes = await transport.perform_request(
+                "GET", "/_nodes/_local?filter_path=nodes.*.version", headers=self._headers,
+                request_timeout=self._settings.request_timeout_s)
+            product = nodes.meta.headers.get("x-elastic-product")
+            if nodes.meta.status >= 300:
+                raise SearchError(nodes.meta.status, "GET", "/_nodes/_local", nodes.body)
+            if product:
+                versions = [n.get("version") for n in (nodes.body.get("nodes") or {}).values()]
+                root: Any = {"version": {"number": versions[0] if versions else None}}
+            else:
+                root = await self.request("GET", "/")
         except TlsError as exc:
             raise ConfigError(self._tls_problem(exc)) from exc
         except ConnectionError as exc:
             problem = self._connection_problem(exc)
-            raise (ConfigError(problem) if "https://" in problem
-                   else SearchUnavailable(problem)) from exc
+            raise (SearchUnavailable(problem) if "not reachable" in problem
+                   else ConfigError(problem)) from exc
         except SearchError as exc:
             raise ConfigError(self._answer_problem(exc)) from exc
-        return identify(body if isinstance(body, dict) else {}, product)
+        return identify(root if isinstance(root, dict) else {}, product)
 
     def _hosts(self) -> str:
         return ", ".join(redact_url(h) for h in self._settings.hosts)
 
     def _tls_problem(self, exc: TlsError) -> str:
-        text = str(exc)
-        if "WRONG_VERSION_NUMBER" in text or "wrong version number" in text:
+        cause = _root_cause(exc)
+        text = str(cause)
+        if "WRONG_VERSION_NUMBER" in text:
             return (f"search server {self._hosts()} does not speak TLS: use http:// in "
                     "elasticsearch.hosts")
-        if "fingerprint" in text.lower():
-            return (f"search server {self._hosts()}: its certificate does not match "
-                    "elasticsearch.fingerprint")
-        return (f"search server {self._hosts()}: TLS failed ({_first_line(text)}); set "
-                "elasticsearch.ca_file to the CA that signed its certificate (or "
-                "elasticsearch.fingerprint)")
+        if isinstance(cause, ssl.SSLCertVerificationError) and "match" in text:
+            return (f"search server {self._hosts()}: its TLS certificate does not name this "
+                    f"host ({tls_reason(text)}); use a host name the certificate has in "
+                    "elasticsearch.hosts")
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return (f"search server {self._hosts()}: TLS certificate not trusted "
+                    f"({tls_reason(text)}); set elasticsearch.ca_file to the CA that signed "
+                    "it, or elasticsearch.fingerprint to its SHA-256")
+        return f"search server {self._hosts()}: TLS failed ({tls_reason(text)})"
 
     def _connection_problem(self, exc: ConnectionError) -> str:
-        text = _first_line(str(exc))
-        if not self._settings.tls and ("disconnected" in text.lower()
-                                       or "reset" in text.lower()):
+        cause = _root_cause(exc)
+        if type(cause).__name__ == "ServerFingerprintMismatch":
+            return (f"search server {self._hosts()}: its certificate's SHA-256 does not match "
+                    "elasticsearch.fingerprint")
+        if type(cause).__name__ == "ServerDisconnectedError" and not self._settings.tls:
             return (f"search server {self._hosts()} closed the connection: if it serves "
                     "https, use https:// in elasticsearch.hosts")
-        return f"search server {self._hosts()} is not reachable ({text}); check elasticsearch.hosts"
+        return (f"search server {self._hosts()} is not reachable ({cause}); check "
+                "elasticsearch.hosts")
 
     def _answer_problem(self, exc: SearchError) -> str:
         s = self._settings
@@ -339,5 +348,11 @@ def _param(value: Any) -> str:
     return str(value)
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception behind a transport error (what the TLS layer or the socket
+    said); elastic-transport's own message is generic."""
+    while (inner := exc.__cause__ or exc.__context__) is not None:
+        exc = inner
+    return exc
+
+

@@ -13,6 +13,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    KafkaConnectionError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.config import ConfigError, KafkaSettings
@@ -52,6 +58,66 @@ def client_security(settings: KafkaSettings) -> dict[str, Any]:
             options["sasl_plain_username"] = settings.sasl_username
             options["sasl_plain_password"] = settings.sasl_password.reveal()
     return options
+
+
+class KafkaUnavailable(ConfigError):
+    """No broker could be reached at all (as opposed to one refusing the settings)."""
+
+
+async def probe(settings: KafkaSettings) -> None:
+    """Connects to a bootstrap broker once, to say in one line what is wrong when it refuses:
+    aiokafka's own start only logs the cause and raises "Unable to bootstrap"."""
+    failures: list[str] = []
+    for address in settings.bootstrap_servers.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            conn = await create_conn(host, int(port), request_timeout_ms=10_000,
+                                     client_id=settings.client_id, **client_security(settings))
+        except SaslAuthenticationFailed as exc:
+            raise ConfigError(f"kafka {address} refused user {settings.sasl_username!r} "
+                              f"({settings.sasl_mechanism}: {_reason(exc)}): check "
+                              "kafka.sasl_username and kafka.sasl_password (or "
+                              "sasl_password_file)") from exc
+        except UnsupportedSaslMechanismError as exc:
+            raise ConfigError(f"kafka {address} does not accept {settings.sasl_mechanism} "
+                              f"({_reason(exc)}): check kafka.sasl_mechanism") from exc
+        except ssl.SSLCertVerificationError as exc:
+            raise ConfigError(f"kafka {address}: TLS certificate not trusted "
+                              f"({exc.verify_message}): set kafka.ca_file to the CA that "
+                              "signed it") from exc
+        except ssl.SSLError as exc:
+            if "WRONG_VERSION_NUMBER" in str(exc):
+                raise ConfigError(f"kafka {address} does not speak TLS: use "
+                                  "kafka.security_protocol PLAINTEXT or SASL_PLAINTEXT") from exc
+            raise ConfigError(f"kafka {address}: TLS failed ({exc}); check "
+                              "kafka.security_protocol and kafka.ca_file") from exc
+        except ConnectionResetError as exc:
+            if settings.tls:  # a plain-text listener drops what looks like noise to it
+                raise ConfigError(
+                    f"kafka {address} reset the connection during the TLS handshake: check "
+                    f"kafka.security_protocol ({settings.security_protocol}) against the "
+                    "broker's listener (PLAINTEXT, SASL_PLAINTEXT, ...)") from exc
+            failures.append(f"{address}: connection reset")
+            continue
+        except KafkaConnectionError as exc:
+            if "closed" in str(exc):
+                raise ConfigError(
+                    f"kafka {address} closed the connection during the handshake: check "
+                    f"kafka.security_protocol ({settings.security_protocol}) against the "
+                    "broker's listener (SSL, SASL_SSL, ...)") from exc
+            failures.append(f"{address}: {exc}")
+            continue
+        except (OSError, ValueError) as exc:
+            failures.append(f"{address}: {exc}")
+            continue
+        conn.close()
+        return
+    raise KafkaUnavailable(f"kafka is not reachable ({'; '.join(failures)}); check "
+                           "kafka.bootstrap_servers")
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc).split(": ", 1)[-1]
 
 
 def _token_provider(settings: KafkaSettings) -> Any:
@@ -104,6 +170,7 @@ class KafkaSource:
 
     async def __aenter__(self) -> KafkaSource:
         s = self._settings
+        await probe(s)
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap_servers,
             group_id=s.group_id,
@@ -205,6 +272,7 @@ class Producer:
         self._producer: AIOKafkaProducer | None = None
 
     async def __aenter__(self) -> Producer:
+        await probe(self._settings)
         self._producer = AIOKafkaProducer(
             bootstrap_servers=self._settings.bootstrap_servers,
             client_id=f"{self._settings.client_id}-producer",

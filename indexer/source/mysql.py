@@ -22,7 +22,7 @@ import pymysql.cursors
 from indexer import values
 from indexer.config import ConfigError, MySQLSettings
 from indexer.documents import KEY_BUCKETS
-from indexer.security import tls_context
+from indexer.security import tls_context, tls_reason
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,13 @@ def _refusal(settings: MySQLSettings, exc: pymysql.err.OperationalError) -> str:
             return (f"{where}: its TLS certificate does not name {settings.host!r}; set "
                     "mysql.host to a name the certificate has, or mysql.verify_identity = "
                     "false")
-        return (f"{where}: TLS certificate not trusted ({text.split('(', 1)[-1].rstrip(')')}); "
-                "set mysql.ca_file to the CA that signed it")
+        return (f"{where}: TLS certificate not trusted ({tls_reason(text)}); set "
+                "mysql.ca_file to the CA that signed it")
+    if "doesn't support" in text:
+        return (f"{where} does not offer TLS ({text}): set mysql.tls = false, or point "
+                "mysql.host and mysql.port at a server with TLS")
     if "SSL" in text or "TLS" in text or code == 2026:
-        return f"{where}: TLS failed ({text}); check mysql.tls and mysql.ca_file"
+        return f"{where}: TLS failed ({tls_reason(text)}); check mysql.tls and mysql.ca_file"
     return f"{where}: {text} (error {code}); check mysql.host and mysql.port"
 
 
