@@ -22,7 +22,11 @@ from indexer.sink.search import SearchClient
 REPO = Path(__file__).parents[1]
 STACK = REPO / ".stack"
 KAFKA = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
-ES = f"http://127.0.0.1:{os.environ.get('ES_PORT', '9200')}"
+# The search server dev/stack.sh runs for SEARCH (its default ports and state folders).
+SEARCH = os.environ.get("SEARCH", "es9")
+_SEARCH_PORTS = {"es9": 9200, "es8": 9201, "opensearch2": 9202, "opensearch3": 9203}
+ES = f"http://127.0.0.1:{os.environ.get('ES_PORT', _SEARCH_PORTS[SEARCH])}"
+_SERVER_DIRS = {"elasticsearch": "elasticsearch" if SEARCH == "es9" else f"search-{SEARCH}"}
 MYSQL_PORT = int(os.environ.get("MYSQL_PORT", "3306"))
 DATABASE = "indexer_test"
 # Elasticsearch gets core 0; Kafka, MariaDB and the client side (daemon or raw client) core 1.
@@ -54,7 +58,7 @@ def mysql() -> pymysql.connections.Connection[Any]:
 
 
 def _pids(server: str) -> list[int]:
-    pid = int((STACK / server / f"{server}.pid").read_text())
+    pid = int((STACK / _SERVER_DIRS.get(server, server) / f"{server}.pid").read_text())
     children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [pid, *map(int, children.split())]
 

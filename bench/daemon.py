@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from bench.common import (
     DATABASE,
     ES,
     KAFKA,
+    REPO,
     Busy,
     Events,
     capture_template,
@@ -186,15 +188,23 @@ def write_config(folder: Path, table: str, topic: str,
     return path, group, alias
 
 
-async def run_daemon(table: str, topic: str, n: int,
-                     schemas: bool) -> tuple[float, float, str]:
-    """(docs/s, peak RSS in MB, how busy each process was) of `indexer run` draining the
-    topic."""
+@dataclass
+class DaemonRun:
+    rate: float  # docs/s
+    rss_mb: float
+    load: str  # how busy each process was
+    cpu_us: float  # the daemon's CPU per event
+
+
+async def run_daemon(table: str, topic: str, n: int, schemas: bool,
+                     checkout: Path | None = None) -> DaemonRun:
+    """`indexer run` draining the topic: this checkout's, or another's with its own .venv."""
+    python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         config, group, alias = write_config(Path(tmp), table, topic, schemas)
         proc = await asyncio.create_subprocess_exec(
-            "taskset", "-c", CLIENT_CORE, sys.executable, "-m", "indexer", "run",
-            "--config", str(config), "--log-level", "INFO",
+            "taskset", "-c", CLIENT_CORE, python, "-m", "indexer", "run",
+            "--config", str(config), "--log-level", "INFO", cwd=checkout or REPO,
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
         assert proc.stderr is not None
         try:
@@ -214,7 +224,7 @@ async def run_daemon(table: str, topic: str, n: int,
             finally:
                 await admin.close()
             used = cpu_seconds(proc.pid) - daemon_cpu
-            load = busy.report(indexer=used) + f"; indexer CPU {used / n * 1e6:.1f} µs/event"
+            load = busy.report(indexer=used)
             rss = peak_rss_mb(proc.pid)  # taskset execs the daemon: same pid
             proc.terminate()
             await proc.wait()
@@ -227,7 +237,7 @@ async def run_daemon(table: str, topic: str, n: int,
                 await proc.wait()
             async with aiohttp.ClientSession(base_url=ES) as http:
                 await (await http.delete(f"/{alias}-v*")).read()
-    return n / elapsed, rss, load
+    return DaemonRun(n / elapsed, rss, load, used / n * 1e6)
 
 
 async def _drain(stream: asyncio.StreamReader) -> list[str]:
@@ -238,7 +248,7 @@ async def _drain(stream: asyncio.StreamReader) -> list[str]:
     return errors
 
 
-async def main(n: int, modes: list[bool]) -> None:
+async def main(n: int, modes: list[bool], baseline: Path | None) -> None:
     pin_protocol()
     try:
         db = mysql()
@@ -248,17 +258,25 @@ async def main(n: int, modes: list[bool]) -> None:
             size = await produce_events(topic, events, n, schemas)
             bodies = ceiling_bodies(events, n)
             before = await raw_ceiling(bodies, n)
-            rate, rss, load = await run_daemon(table, topic, n, schemas)
+            run = await run_daemon(table, topic, n, schemas)
+            base = (await run_daemon(table, topic, n, schemas, baseline)
+                    if baseline else None)
             after = await raw_ceiling(bodies, n)
             floor, floor_cpu = await io_floor(topic, n, bodies)
             del bodies
             ceiling = max(before, after)  # the higher: a ceiling, and noisy here
             label = "with schemas" if schemas else "without schemas"
             print(f"{label:>16}: {n} events, {size / n:.0f} B/event | raw _bulk ceiling "
-                  f"{before:,.0f} / {after:,.0f} docs/s | indexer run {rate:,.0f} docs/s | "
-                  f"ratio {rate / ceiling:.2f} | daemon peak RSS {rss:.0f} MB | CPU busy: {load}"
-                  f" | I/O alone {floor:,.0f} docs/s ({floor / ceiling:.2f}) at "
-                  f"{floor_cpu:.1f} µs/event", flush=True)
+                  f"{before:,.0f} / {after:,.0f} docs/s | indexer run {run.rate:,.0f} docs/s | "
+                  f"ratio {run.rate / ceiling:.2f} | daemon peak RSS {run.rss_mb:.0f} MB | CPU "
+                  f"busy: {run.load}; indexer CPU {run.cpu_us:.1f} µs/event | I/O alone "
+                  f"{floor:,.0f} docs/s ({floor / ceiling:.2f}) at {floor_cpu:.1f} µs/event",
+                  flush=True)
+            if base is not None:
+                print(f"{'baseline':>16}: {baseline} | indexer run {base.rate:,.0f} docs/s | "
+                      f"ratio {base.rate / ceiling:.2f} | CPU busy: {base.load}; indexer CPU "
+                      f"{base.cpu_us:.1f} µs/event | this checkout / baseline: "
+                      f"{run.cpu_us / base.cpu_us:.3f} of the CPU per event", flush=True)
             await _delete_topic(topic)
         with db.cursor() as cur:
             cur.execute(f"DROP TABLE `{table}`")
@@ -279,10 +297,12 @@ def parse(argv: list[str] | None = None) -> Any:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--schemas", choices=["both", "with", "without"], default="both")
+    parser.add_argument("--baseline", type=Path, help="another checkout (with its own .venv) "
+                        "whose daemon runs over the same events right after this one's")
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
     args = parse()
     modes = {"both": [True, False], "with": [True], "without": [False]}[args.schemas]
-    asyncio.run(main(args.events, modes))
+    asyncio.run(main(args.events, modes, args.baseline))

@@ -20,14 +20,15 @@ import orjson
 
 from indexer.documents import META_FIELD
 
-# Field types a full Elasticsearch 9 knows. The integration-test build lacks some of them
-# (unsigned_long, scaled_float, wildcard, match_only_text, version): see mappings/README.md.
+# Field types a full Elasticsearch 9 or OpenSearch 3 knows (flat_object is OpenSearch's
+# flattened, renamed for the server at hand). Test builds lack some: see mappings/README.md.
 KNOWN_TYPES = frozenset({
     "keyword", "constant_keyword", "wildcard", "text", "match_only_text", "search_as_you_type",
     "long", "integer", "short", "byte", "double", "float", "half_float", "scaled_float",
     "unsigned_long", "boolean", "date", "date_nanos", "ip", "binary", "geo_point", "geo_shape",
-    "flattened", "object", "nested", "version", "dense_vector", "sparse_vector", "alias",
-    "integer_range", "long_range", "float_range", "double_range", "date_range", "ip_range",
+    "flattened", "flat_object", "object", "nested", "version", "dense_vector", "sparse_vector",
+    "alias", "knn_vector", "integer_range", "long_range", "float_range", "double_range",
+    "date_range", "ip_range",
     "completion", "token_count", "rank_feature", "rank_features", "semantic_text", "point",
     "shape", "histogram", "aggregate_metric_double", "counted_keyword", "percolator", "join",
 })

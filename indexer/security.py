@@ -17,6 +17,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 MASK = "**********"
+# Shorter values are not scrubbed from free text: they would mask ordinary words (the dev
+# stack's password is "indexer"). indexer itself never prints a Secret, whatever its length.
+MIN_SCRUBBED = 8
 # user:password@ inside a URL: a password pasted into a host list must not be echoed.
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
@@ -60,7 +63,8 @@ class Redactor(logging.Filter):
     def __init__(self, secrets: Iterable[Secret | None] = ()) -> None:
         super().__init__()
         # Longest first, so a secret that contains another is masked whole.
-        self._values = sorted({s.reveal() for s in secrets if s}, key=len, reverse=True)
+        self._values = sorted({s.reveal() for s in secrets
+                               if s and len(s.reveal()) >= MIN_SCRUBBED}, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
         for value in self._values:

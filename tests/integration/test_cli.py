@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from indexer.sink.search import SearchClient
 from tests.integration.conftest import (
@@ -27,6 +28,8 @@ from tests.integration.conftest import (
     wait_until,
 )
 from tests.integration.test_failures import DaemonProcess
+
+pytestmark = pytest.mark.servers
 
 
 async def indexer(*args: str, env: dict[str, str] | None = None,

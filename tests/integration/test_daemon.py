@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 import orjson
+import pytest
 
 from indexer.dlq import DeadLetter
 from indexer.sink.search import SearchClient
@@ -30,6 +31,8 @@ from tests.integration.conftest import (
     wait_for_topic,
     wait_until,
 )
+
+pytestmark = pytest.mark.servers
 
 
 def counter(daemon: Any, name: str, table: str) -> float:

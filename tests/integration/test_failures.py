@@ -163,6 +163,7 @@ async def test_elasticsearch_down_30s_then_back_loses_nothing_and_deletes_stay(
         assert (await raw_documents(es, table.alias))["1"]["_indexer"]["deleted"] is True
 
 
+@pytest.mark.servers
 async def test_elasticsearch_answering_429_holds_commits_then_catches_up(
         db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)

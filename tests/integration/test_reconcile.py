@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from indexer.reconcile import reconcile
 from indexer.sink.search import SearchClient
@@ -25,6 +26,8 @@ from tests.integration.conftest import (
     wait_for_documents,
 )
 from tests.integration.test_reindex import busy_writer
+
+pytestmark = pytest.mark.servers
 
 
 async def inject_drift(db: Any, es: SearchClient, table: Any) -> dict[str, set[str]]:

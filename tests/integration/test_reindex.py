@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from indexer.config import ConnectorSettings
 from indexer.documents import DocumentBuilder
@@ -38,6 +39,8 @@ from tests.integration.conftest import (
 from tests.integration.test_types import COLUMNS as TYPE_COLUMNS
 from tests.integration.test_types import MAPPING as TYPE_MAPPING
 from tests.integration.test_types import insert_every_type
+
+pytestmark = pytest.mark.servers
 
 
 def busy_writer(table: str, stop: threading.Event, first_new_id: int, seed: int) -> int:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from indexer.sink.search import SearchClient
 from tests.integration.conftest import running, sql, wait_for_documents, wait_for_topic
+
+pytestmark = pytest.mark.servers
 
 COLUMNS = """
   id INT PRIMARY KEY,

@@ -62,3 +62,63 @@ def test_unknown_table_lookup(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml", {})
+
+
+def test_secrets_come_from_files_and_never_print(tmp_path: Path) -> None:
+    (tmp_path / "es.pw").write_text("s3cret-es\n")
+    (tmp_path / "kafka.pw").write_text("s3cret-kafka")
+    config = build_config({"tables": [TABLE], "elasticsearch": {
+        "hosts": ["https://es:9200"], "username": "indexer", "password_file": "es.pw",
+        "ca_file": "ca.crt"}, "kafka": {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_username": "indexer", "sasl_password_file": str(tmp_path / "kafka.pw")},
+        "mysql": {"password": "s3cret-mysql"}}, tmp_path)
+    es = config.elasticsearch
+    assert es.password is not None and es.password.reveal() == "s3cret-es"
+    assert es.ca_file == tmp_path / "ca.crt", "relative to the config file"
+    assert config.kafka.sasl_password is not None
+    assert config.kafka.sasl_password.reveal() == "s3cret-kafka"
+    assert {s.reveal() for s in config.secrets()} == {"s3cret-es", "s3cret-kafka",
+                                                      "s3cret-mysql"}
+    assert "s3cret" not in repr(config) and "s3cret" not in f"{es.password}"
+
+
+def test_list_settings_from_the_environment_as_json_or_commas(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[[tables]]\nname = "shop.items"\n')
+    for value in ('["http://a:1", "http://b:2"]', "http://a:1, http://b:2"):
+        config = load_config(path, {"INDEXER_ELASTICSEARCH__HOSTS": value,
+                                    "INDEXER_ELASTICSEARCH__VERIFY_CERTS": "false"})
+        assert config.elasticsearch.hosts == ("http://a:1", "http://b:2")
+        assert config.elasticsearch.verify_certs is False
+
+
+def test_metrics_listen_on_loopback_unless_told(tmp_path: Path) -> None:
+    assert build_config({"tables": [TABLE]}, tmp_path).metrics_host == "127.0.0.1"
+    opened = build_config({"tables": [TABLE], "metrics": {"host": "0.0.0.0"}}, tmp_path)
+    assert opened.metrics_host == "0.0.0.0"
+
+
+@pytest.mark.parametrize(("section", "values", "match"), [
+    ("elasticsearch", {"hosts": ["https://u:pw@es:9200"]}, "carries credentials"),
+    ("elasticsearch", {"hosts": ["es:9200"]}, "not an http:// or https:// URL"),
+    ("elasticsearch", {"username": "u", "password": "p", "api_key": "k"},
+     "one way to authenticate"),
+    ("elasticsearch", {"password": "p"}, "password is set without elasticsearch.username"),
+    ("elasticsearch", {"username": "u"}, "without elasticsearch.password"),
+    ("elasticsearch", {"ca_file": "ca.crt"}, "no host in elasticsearch.hosts uses https"),
+    ("elasticsearch", {"hosts": ["https://es:9200"], "fingerprint": "abc"}, "64 hex digits"),
+    ("elasticsearch", {"password": "p", "password_file": "f"}, "not both"),
+    ("elasticsearch", {"password_file": "missing.pw"}, "password_file: cannot read"),
+    ("kafka", {"security_protocol": "SASL_SSL"}, "needs kafka.sasl_username"),
+    ("kafka", {"security_protocol": "TLS"}, "security_protocol: expected one of"),
+    ("kafka", {"sasl_username": "u"}, "use SASL_SSL or SASL_PLAINTEXT"),
+    ("kafka", {"ca_file": "ca.crt"}, "use SSL or SASL_SSL"),
+    ("kafka", {"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER"},
+     "token provider"),
+    ("mysql", {"verify_identity": "maybe"}, "expected true or false"),
+])
+def test_security_settings_are_checked_naming_the_setting(
+        section: str, values: dict[str, object], match: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=match):
+        build_config({"tables": [TABLE], section: values}, tmp_path)
