@@ -89,8 +89,8 @@ async def naive(es: SearchClient, alias: str, table: str) -> tuple[int, float]:
     conn = source.connect(MySQLSettings(), BENCH_DATABASE)
     layout = source.table_layout(conn, BENCH_DATABASE, table)
     cursor = conn.cursor(pymysql.cursors.SSCursor)
-    cursor.execute(f"SELECT id, {source.hash_sql(layout.columns)} FROM {layout.qualified} "
-                   "ORDER BY id")
+    row_hash = source.hash_sql(layout.columns, layout.flavor)
+    cursor.execute(f"SELECT id, {row_hash} FROM {layout.qualified} ORDER BY id")
 
     def mysql_rows() -> Any:
         while page := cursor.fetchmany(10000):

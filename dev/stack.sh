@@ -11,7 +11,8 @@
 #                                   reach this stack (paste them into a config file)
 #
 # Servers: mariadb elasticsearch kafka connect ("elasticsearch" is whichever search server
-# SEARCH names). Variants, each with its own state and ports, so several can run side by side:
+# SEARCH names); failover-primary and failover-replica (a fresh MariaDB pair with GTID
+# replication, for fail-over tests) start only when named. Variants, each with its own state and ports, so several can run side by side:
 #   SEARCH=es9 (default) | es8 | opensearch2 | opensearch3    the search server
 #   SECURE=1   TLS and authentication everywhere: Elasticsearch with HTTPS and users, Kafka with
 #              a SASL_SSL (SCRAM) listener, Connect and Debezium configured for it, MariaDB with
@@ -75,6 +76,11 @@ CONNECTOR_NAME="${CONNECTOR_NAME:-indexer-mariadb}"
 CAPTURED_DATABASES="${CAPTURED_DATABASES:-demo,indexer_test}"
 
 SERVERS=(mariadb elasticsearch kafka connect)
+# A MariaDB primary and its GTID replica, for fail-over tests; started only when named, and
+# made from nothing at each start (a test promotes the replica, which ends the pair).
+PAIR=(failover-primary failover-replica)
+FAILOVER_PRIMARY_PORT="${FAILOVER_PRIMARY_PORT:-$((3307 + port_offset))}"
+FAILOVER_REPLICA_PORT="${FAILOVER_REPLICA_PORT:-$((3308 + port_offset))}"
 
 log() { printf '[stack] %s\n' "$*" >&2; }
 die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -265,6 +271,45 @@ ensure_search_user() {
 # ---------------------------------------------------------------- servers -------------------
 
 mysql_cli() { mariadb --no-defaults --socket="$STACK_DIR/mariadb/mysqld.sock" -uroot "$@"; }
+
+start_pair_server() { # start_pair_server <server> <port> <server id>: a fresh GTID-strict MariaDB
+  apt_install mariadbd mariadb-server
+  local server="$1" port="$2" id="$3" dir="$STACK_DIR/$1"
+  rm -rf "$dir"; mkdir -p "$dir"
+  mariadb-install-db --no-defaults --datadir="$dir/data" --user=root \
+    --auth-root-authentication-method=normal >"$dir/install.log" 2>&1 \
+    || { tail -n 30 "$dir/install.log" >&2; die "mariadb-install-db failed for $server"; }
+  nohup mariadbd --no-defaults --datadir="$dir/data" --port="$port" --bind-address=127.0.0.1 \
+    --socket="$dir/mysqld.sock" --pid-file="$dir/mariadbd.pid" --user=root --server-id="$id" \
+    --log-bin="$dir/data/$server-bin" --binlog-format=ROW --binlog-row-image=FULL \
+    --log-slave-updates --gtid-strict-mode=1 --character-set-server=utf8mb4 \
+    --collation-server=utf8mb4_unicode_ci --skip-name-resolve --innodb-buffer-pool-size=64M \
+    --log-error="$(log_file "$server")" >/dev/null 2>&1 &
+  echo $! >"$(pid_file "$server")"
+  wait_until "$server" 60 mariadb-admin --no-defaults --socket="$dir/mysqld.sock" -uroot ping
+  # Local accounts, kept out of the binlog: each server has its own.
+  mariadb --no-defaults --socket="$dir/mysqld.sock" -uroot <<SQL
+SET SESSION sql_log_bin = 0;
+CREATE USER '$MYSQL_USER'@'%' IDENTIFIED BY 'indexer';
+GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'%';
+CREATE USER '$DEBEZIUM_USER'@'%' IDENTIFIED BY '$DEBEZIUM_PASSWORD';
+GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '$DEBEZIUM_USER'@'%';
+CREATE USER 'repl'@'%' IDENTIFIED BY 'repl';
+GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%';
+SQL
+}
+
+start_failover-primary() { start_pair_server failover-primary "$FAILOVER_PRIMARY_PORT" 11; }
+
+start_failover-replica() {
+  is_running failover-primary || die "failover-replica replicates failover-primary: start it first"
+  start_pair_server failover-replica "$FAILOVER_REPLICA_PORT" 12
+  mariadb --no-defaults --socket="$STACK_DIR/failover-replica/mysqld.sock" -uroot <<SQL
+CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=$FAILOVER_PRIMARY_PORT,
+  MASTER_USER='repl', MASTER_PASSWORD='repl', MASTER_USE_GTID=current_pos;
+START SLAVE;
+SQL
+}
 
 start_mariadb() {
   apt_install mariadbd mariadb-server
@@ -582,6 +627,7 @@ server_port() {
   case "$1" in
     mariadb) echo "$MYSQL_PORT" ;; elasticsearch) echo "$ES_PORT" ;;
     kafka) echo "$KAFKA_PORT" ;; connect) echo "$CONNECT_PORT" ;;
+    failover-primary) echo "$FAILOVER_PRIMARY_PORT" ;; failover-replica) echo "$FAILOVER_REPLICA_PORT" ;;
   esac
 }
 
@@ -599,7 +645,8 @@ cmd_up() {
   mkdir -p "$STACK_DIR" "$STACK_CACHE"
   local s es_started=0
   for s in "${wanted[@]}"; do
-    [[ " ${SERVERS[*]} " == *" $s "* ]] || die "unknown server '$s' (one of: ${SERVERS[*]})"
+    [[ " ${SERVERS[*]} ${PAIR[*]} " == *" $s "* ]] \
+      || die "unknown server '$s' (one of: ${SERVERS[*]} ${PAIR[*]})"
   done
   # Elasticsearch is the slowest to boot: start it first and wait for it last.
   for s in "${wanted[@]}"; do
@@ -610,7 +657,7 @@ cmd_up() {
       es_started=1
     fi
   done
-  for s in mariadb kafka connect; do
+  for s in mariadb kafka connect "${PAIR[@]}"; do
     [[ " ${wanted[*]} " == *" $s "* ]] || continue
     if is_running "$s"; then continue; fi
     check_port_free "$s"
@@ -622,10 +669,10 @@ cmd_up() {
 }
 
 cmd_down() {
-  local wanted=("$@") i
-  ((${#wanted[@]})) || wanted=("${SERVERS[@]}")
-  for ((i = ${#SERVERS[@]} - 1; i >= 0; i--)); do
-    [[ " ${wanted[*]} " == *" ${SERVERS[i]} "* ]] && stop_server "${SERVERS[i]}"
+  local wanted=("$@") i all=("${SERVERS[@]}" "${PAIR[@]}")
+  ((${#wanted[@]})) || wanted=("${all[@]}")
+  for ((i = ${#all[@]} - 1; i >= 0; i--)); do
+    [[ " ${wanted[*]} " == *" ${all[i]} "* ]] && stop_server "${all[i]}"
   done
   return 0
 }
@@ -639,6 +686,11 @@ cmd_status() {
       printf '%-14s running  pid %-8s 127.0.0.1:%s%s\n' "$s" "$(cat "$(pid_file "$s")")" "$(server_port "$s")" "$what"
     else
       printf '%-14s stopped%s\n' "$s" "$what"
+    fi
+  done
+  for s in "${PAIR[@]}"; do
+    if is_running "$s"; then
+      printf '%-16s running  pid %-8s 127.0.0.1:%s\n' "$s" "$(cat "$(pid_file "$s")")" "$(server_port "$s")"
     fi
   done
 }

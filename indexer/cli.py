@@ -25,7 +25,11 @@ app = typer.Typer(help="Keeps Elasticsearch in sync with MySQL/MariaDB via Debez
 mappings_app = typer.Typer(help="Index definitions under mappings/.", no_args_is_help=True)
 dlq_app = typer.Typer(help="The dead-letter topic.", no_args_is_help=True)
 tombstones_app = typer.Typer(help="Tombstones of deleted rows.", no_args_is_help=True)
+source_app = typer.Typer(help="Where binlog-versioned tables' changes come from: version "
+                         "epochs and source switches (fail-over, RESET MASTER).",
+                         no_args_is_help=True)
 app.add_typer(mappings_app, name="mappings")
+app.add_typer(source_app, name="source")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(tombstones_app, name="tombstones")
 
@@ -247,6 +251,63 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = "INFO") 
             for t in cfg.tables:
                 purged = await purge_tombstones(client, t.alias, cutoff_ms)
                 err.print(f"{t.name}: purged {purged} tombstones")
+
+    _run(cfg, main())
+
+
+@source_app.command("status")
+def source_status(
+    tables: Annotated[list[str] | None, typer.Argument(help="tables to show")] = None,
+    all_tables: Annotated[bool, typer.Option("--all", help="every configured table")] = False,
+    config: ConfigOption = None,
+    log_level: LogLevel = "WARNING",
+) -> None:
+    """Each table's version epochs, partition cursors and the switches not acknowledged."""
+    from indexer.sink.search import SearchClient
+    from indexer.sink.state import StateStore
+
+    cfg = _config(config, log_level)
+    selected = _select(cfg, tables, all_tables)
+
+    async def main() -> None:
+        async with SearchClient(cfg.elasticsearch) as client:
+            store = StateStore(client)
+            for t in selected:
+                registry = await store.load(t.alias)
+                err.print(f"{t.name}: version epoch {registry.current.number}, "
+                          f"{len(registry.epochs) - 1} source switches seen")
+                for key, cursor in sorted(registry.cursors.items()):
+                    err.print(f"  {key}: offset {cursor.offset}, {cursor.describe()}, "
+                              f"epoch {cursor.epoch}")
+                for switch in registry.unacknowledged:
+                    err.print(f"  [red]not acknowledged:[/red] {switch['at']} "
+                              f"{escape(switch['where'])}: {escape(switch['reason'])} "
+                              f"(epoch {switch['epoch']})")
+
+    _run(cfg, main())
+
+
+@source_app.command("ack")
+def source_ack(
+    tables: Annotated[list[str] | None, typer.Argument(help="tables to acknowledge")] = None,
+    all_tables: Annotated[bool, typer.Option("--all", help="every configured table")] = False,
+    config: ConfigOption = None,
+    log_level: LogLevel = "WARNING",
+) -> None:
+    """Acknowledge the source switches seen (after checking with `indexer reconcile`):
+    `indexer check` is healthy again."""
+    from indexer.sink.search import SearchClient
+    from indexer.sink.state import StateStore
+
+    cfg = _config(config, log_level)
+    selected = _select(cfg, tables, all_tables)
+
+    async def main() -> None:
+        async with SearchClient(cfg.elasticsearch) as client:
+            store = StateStore(client)
+            for t in selected:
+                _, count = await store.update(t.alias, lambda r: r.acknowledge())
+                err.print(f"{t.name}: {count} source switches acknowledged")
 
     _run(cfg, main())
 

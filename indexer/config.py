@@ -60,6 +60,8 @@ BinaryMode = Literal["bytes", "base64"]
 UnsignedMode = Literal["precise", "long"]
 TimePrecisionMode = Literal["adaptive_time_microseconds", "adaptive", "connect"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+ServerKind = Literal["auto", "mariadb", "mysql"]
+SnapshotPositionMode = Literal["auto", "status", "lock"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 _FINGERPRINT = re.compile(r"^[0-9A-Fa-f]{64}$")
 
@@ -152,6 +154,14 @@ class MySQLSettings:
     verify_certs: bool = True
     # The certificate must name the host (MySQL's VERIFY_IDENTITY); off = VERIFY_CA.
     verify_identity: bool = True
+    # MariaDB or MySQL: "auto" asks the server (and, in the daemon, reads Debezium's
+    # source.connector); reconcile's checksum SQL and JSON texts follow it.
+    server: ServerKind = "auto"
+    # How a snapshot learns its binlog position: "status" reads MariaDB's lock-free
+    # Binlog_snapshot_file/position, "lock" takes a brief global read lock the way
+    # mysqldump --single-transaction --source-data does (MySQL 8; needs RELOAD and
+    # REPLICATION CLIENT), "auto" the first when the server has it.
+    snapshot_position: SnapshotPositionMode = "auto"
 
     @property
     def uses_tls(self) -> bool:

@@ -23,9 +23,12 @@ from indexer.config import Config, TableConfig
 from indexer.dlq import dead_letter_for
 from indexer.documents import DocumentBuilder
 from indexer.events import DecodeError, EnvelopeDecoder
+from indexer.follower import Follower, NotFollowed, SwitchFound
 from indexer.metrics import Metrics
 from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
+from indexer.sink.state import StateStore
 from indexer.source.kafka import KafkaSource, Producer, Records
+from indexer.sources import EPOCH_ZERO
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ class Daemon:
         self.metrics = metrics or Metrics()
         self._tables = {
             t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types),
-                            DocumentBuilder(t))
+                            DocumentBuilder(t, config.mysql.server))
             for t in config.tables
         }
         self._stopping = asyncio.Event()
@@ -77,6 +80,7 @@ class Daemon:
         self._source: KafkaSource | None = None
         self._sink: ElasticsearchSink | None = None
         self._producer: Producer | None = None
+        self._follower: Follower | None = None  # binlog-versioned tables' sources
         self._failure: BaseException | None = None  # a fatal error of a batch
         self._completed: dict[TopicPartition, int] = {}  # written, not yet committed
         self._committing: asyncio.Task[None] | None = None
@@ -98,9 +102,12 @@ class Daemon:
                               max_backoff_s=cfg.batch.max_backoff_s) as sink,
             Producer(cfg.kafka) as producer,
         ):
+            follower = Follower(StateStore(sink.client), self.metrics)
             for table in cfg.tables:
                 await ensure_table_index(sink.client, cfg, table)
-            self._sink, self._producer = sink, producer
+                if self._tables[table.topic].builder.binlog_versions:
+                    await follower.load(table)
+            self._sink, self._producer, self._follower = sink, producer, follower
             async with KafkaSource(cfg.kafka, list(self._tables), self._on_revoked) as source:
                 self._source = source
                 log.info("indexer running: %d tables, group %s",
@@ -158,11 +165,33 @@ class Daemon:
     async def _add(self, batch: Batch, records: Records) -> None:
         for tp, messages in records.items():
             for record in messages:
-                batch.messages.append(self._prepare(record))
+                try:
+                    message = self._prepare(record)
+                except (SwitchFound, NotFollowed) as needed:
+                    message = await self._prepare_following(record, needed)
+                batch.messages.append(message)
                 batch.size += record.serialized_value_size + record.serialized_key_size
             if messages:
                 batch.offsets[tp] = messages[-1].offset + 1
         await asyncio.sleep(0)  # let the bulks in flight send and settle between slices
+
+    async def _prepare_following(self, record: ConsumerRecord[bytes, bytes],
+                                 needed: SwitchFound | NotFollowed) -> Message:
+        """Prepares a record whose source needs I/O first: the first record of a partition
+        (its cursor is loaded) or a switch (its epoch is stored), both rare."""
+        follower = self._follower
+        assert follower is not None
+        for _ in range(3):  # a partition's first record may also be a switch
+            if isinstance(needed, NotFollowed):
+                await follower.follow(needed)
+            else:
+                await follower.enter(needed)
+            try:
+                return self._prepare(record)
+            except (SwitchFound, NotFollowed) as again:
+                needed = again
+        raise RuntimeError(f"{record.topic}[{record.partition}]@{record.offset}: its source "
+                           f"could not be followed ({needed!r})")
 
     def _prepare(self, record: ConsumerRecord[bytes, bytes]) -> Message:
         table = self._tables[record.topic]
@@ -174,7 +203,13 @@ class Daemon:
                 return message
             message.op_kind = change.op
             message.ts_ms = change.position.ts_ms
-            message.op = Op(table.config.alias, table.builder.write_for_change(change))
+            epoch = EPOCH_ZERO
+            if table.builder.binlog_versions:
+                assert self._follower is not None
+                epoch = self._follower.epoch(table.config, record, change.position)
+            message.op = Op(table.config.alias, table.builder.write_for_change(change, epoch))
+        except (SwitchFound, NotFollowed):
+            raise
         except DecodeError as exc:
             message.error = (exc.kind, exc.reason)
         except Exception as exc:  # a bug must not lose the message either
@@ -316,6 +351,16 @@ class Daemon:
             lag = source.lag(tp, offset)
             if lag is not None:
                 self.metrics.lag.labels(tp.topic, str(tp.partition)).set(lag)
+        await self._save_cursors()
+
+    async def _save_cursors(self, *, force: bool = False) -> None:
+        """Stores where each followed partition's source stands (every few seconds)."""
+        if self._follower is None:
+            return
+        try:
+            await self._follower.save(force=force)
+        except Exception as exc:  # the next save catches up; a lost one costs nothing
+            log.warning("could not save the source cursors (%s: %s)", type(exc).__name__, exc)
 
     async def _drain(self, grace_s: float) -> None:
         """Waits for in-flight batches (abandoning them after ``grace_s``) and commits the
@@ -338,9 +383,14 @@ class Daemon:
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         await self._drain(self.config.batch.shutdown_grace_s)
+        await self._save_cursors(force=True)  # the next owner follows on from here
+        if self._follower is not None:
+            for tp in revoked:
+                self._follower.forget(tp.topic, tp.partition)
 
     async def _shutdown(self) -> None:
         await self._drain(self.config.batch.shutdown_grace_s)
+        await self._save_cursors(force=True)
         if self._failure is not None:
             raise self._failure
 

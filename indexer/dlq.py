@@ -23,6 +23,9 @@ from indexer.source.kafka import Producer, client_security, topic_partitions
 log = logging.getLogger(__name__)
 
 PREFIX = "indexer."
+# On a replayed dead letter: "topic/partition/offset" of the original message, whose version
+# epoch the change keeps (indexer.follower).
+REPLAY_HEADER = PREFIX + "replay.of"
 # Reasons longer than this are cut: a header is no place for a 1 MB document echo.
 MAX_REASON = 4000
 
@@ -70,6 +73,14 @@ def dead_letter_for(record: ConsumerRecord[bytes, bytes], kind: str, reason: str
 
 def original_headers(headers: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
     return [(k, v) for k, v in headers if not k.startswith(PREFIX)]
+
+
+def _original(letter: DeadLetter, headers: Sequence[tuple[str, bytes]]) -> bytes:
+    """Where the dead letter's change first came from: itself, or the original it replayed."""
+    for name, value in headers:
+        if name == REPLAY_HEADER:
+            return value
+    return f"{letter.topic}/{letter.partition}/{letter.offset}".encode()
 
 
 @dataclass(frozen=True)
@@ -139,8 +150,9 @@ async def replay(settings: KafkaSettings, selection: ReplayFilter, *,
                                  letter.partition, letter.offset, letter.kind, letter.reason,
                                  "" if dry_run else " -> replayed")
                         if not dry_run:
-                            await producer.send(letter.topic, record.key, record.value,
-                                                original_headers(list(record.headers)))
+                            await producer.send(letter.topic, record.key, record.value, [
+                                *original_headers(list(record.headers)),
+                                (REPLAY_HEADER, _original(letter, record.headers))])
                             report.replayed += 1
                     if records and records[-1].offset >= ends[tp] - 1:
                         remaining.discard(tp)

@@ -7,8 +7,7 @@ becomes the same bytes whichever way it arrives.
 
 from __future__ import annotations
 
-import functools
-import re
+import json
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,8 +16,9 @@ from typing import Any
 
 import orjson
 
-from indexer.config import TableConfig, VersionSource
+from indexer.config import ServerKind, TableConfig, VersionSource
 from indexer.events import Change, DecodeError
+from indexer.sources import EPOCH_ZERO, Epoch, SourceError, binlog_file_number
 
 META_FIELD = "_indexer"  # the indexer's own fields inside every document
 _META_NAME = META_FIELD.encode()
@@ -26,7 +26,8 @@ _META_NAME = META_FIELD.encode()
 MAX_ID_BYTES = 512
 
 # Binlog versions pack (file number, position, row in event) into one positive signed long:
-#   bits 44..62  file number   (19 bits: up to 524287, the .NNNNNN suffix of the binlog file)
+#   bits 44..62  file number   (19 bits: up to 524287, the .NNNNNN suffix of the binlog file,
+#                               plus the version epoch's offset: see indexer.sources)
 #   bits 12..43  byte position (32 bits: binlog positions are 32-bit, files stay under 4 GiB)
 #   bits  0..11  row in event  (12 bits: 4095 rows; every row takes at least 2 bytes of a rows
 #                               event, and binlog_row_event_max_size defaults to 8 KiB)
@@ -40,29 +41,26 @@ KEY_BUCKETS = 1024
 HASH_NULL = "\\N"
 HASH_FLOAT = "~"
 
-_BINLOG_NUMBER = re.compile(r"\.(\d+)$")
-
-
 class VersionError(DecodeError):
     def __init__(self, reason: str) -> None:
         super().__init__("bad-version", reason)
 
 
-@functools.lru_cache(maxsize=64)
-def binlog_file_number(file: str) -> int:
-    match = _BINLOG_NUMBER.search(file)
-    if not match:
-        raise VersionError(f"binlog file name {file!r} has no numeric suffix")
-    return int(match.group(1))
+def file_number(file: str) -> int:
+    try:
+        return binlog_file_number(file)
+    except SourceError as exc:
+        raise VersionError(str(exc)) from exc
 
 
-def pack_binlog_version(file: str, pos: int, row: int) -> int:
+def pack_binlog_version(file: str, pos: int, row: int, epoch: Epoch = EPOCH_ZERO) -> int:
     """A version that grows with the commit order of row changes in one server's binlog.
 
-    It does not survive a binlog reset (RESET MASTER) or a fail-over to another server, whose
-    coordinates are unrelated: reindex after either.
+    Another server's coordinates (a fail-over, RESET MASTER) are unrelated: changes from
+    there take a later ``epoch``, whose versions are all above the earlier ones'
+    (:mod:`indexer.sources` notices the switch and records the epoch).
     """
-    number = binlog_file_number(file)
+    number = epoch.field(file_number(file))
     if not 0 < number <= MAX_FILE:
         raise VersionError(f"binlog file number {number} does not fit {FILE_BITS} bits "
                            f"(max {MAX_FILE}); use a column version or reset and reindex")
@@ -143,7 +141,9 @@ class Write:
 class DocumentBuilder:
     """Per table: projection (include/exclude/rename), id, version and body."""
 
-    def __init__(self, table: TableConfig) -> None:
+    def __init__(self, table: TableConfig, server: ServerKind = "auto") -> None:
+        # MySQL's JSON texts hash spaced (hash_text); "auto": as each event's connector says.
+        self._server = server
         self._version: VersionSource = table.version
         self._include = frozenset(table.include)
         self._exclude = frozenset(table.exclude)
@@ -162,7 +162,8 @@ class DocumentBuilder:
                 doc[self._rename.get(name, name)] = value
         return doc
 
-    def body(self, key: Mapping[str, Any], doc_id: str, row: Mapping[str, Any]) -> bytes:
+    def body(self, key: Mapping[str, Any], doc_id: str, row: Mapping[str, Any],
+             spaced: bool = False) -> bytes:
         """The document, plus ``_indexer``: its content hash and chunk for reconciliation."""
         document = row if self._identity else self.document(row)
         doc = orjson.dumps(document)
@@ -174,42 +175,52 @@ class DocumentBuilder:
         # Spliced in by hand rather than merged: the row may be the decoder's own dict, left
         # untouched, and this runs once per document.
         return b'%b%b"%b":{"hash":%d,"%b":%d}}' % (
-            doc[:-1], b"," if len(doc) > 2 else b"", _META_NAME, content_hash(document), chunk,
-            number)
+            doc[:-1], b"," if len(doc) > 2 else b"", _META_NAME, content_hash(document, spaced),
+            chunk, number)
 
     def row_version(self, row: Mapping[str, Any]) -> int:
         """A column version read straight from the row (reindex and reconcile)."""
         assert self._version.column is not None
         return column_version(row.get(self._version.column), self._version.column)
 
-    def write_for_change(self, change: Change) -> Write:
+    def write_for_change(self, change: Change, epoch: Epoch = EPOCH_ZERO) -> Write:
         doc_id = document_id(change.key)
         if change.op == "d":
             assert change.before is not None
-            version = self._change_version(change, change.before, deleted=True)
+            version = self._change_version(change, change.before, epoch, deleted=True)
             return Write(doc_id, version, tombstone(change.position.ts_ms), deleted=True)
         assert change.after is not None
-        version = self._change_version(change, change.after, deleted=False)
-        return Write(doc_id, version, self.body(change.key, doc_id, change.after), deleted=False)
+        version = self._change_version(change, change.after, epoch, deleted=False)
+        server = self._server if self._server != "auto" else change.position.connector
+        return Write(doc_id, version, self.body(change.key, doc_id, change.after,
+                                                server == "mysql"), deleted=False)
 
     def write_for_row(self, key: Mapping[str, Any], row: Mapping[str, Any], version: int) -> Write:
         doc_id = document_id(key)
-        return Write(doc_id, version, self.body(key, doc_id, row), deleted=False)
+        return Write(doc_id, version, self.body(key, doc_id, row, self._server == "mysql"),
+                     deleted=False)
 
-    def _change_version(self, change: Change, row: Mapping[str, Any], *, deleted: bool) -> int:
+    @property
+    def binlog_versions(self) -> bool:
+        return self._version.kind == "binlog"
+
+    def _change_version(self, change: Change, row: Mapping[str, Any], epoch: Epoch, *,
+                        deleted: bool) -> int:
         if self._version.kind == "binlog":
             position = change.position
-            return pack_binlog_version(position.file, position.pos, position.row)
+            return pack_binlog_version(position.file, position.pos, position.row, epoch)
         version = self.row_version(row)
         # A delete leaves the version column as it was: it must outrank the row it removes.
         return version + 1 if deleted else version
 
 
-def hash_text(value: Any) -> str:
+def hash_text(value: Any, spaced: bool = False) -> str:
     """A value as the text the reconciliation's SQL computes for the same column.
 
     Floats are left out of the content (both sides write a mark instead): MySQL's and
-    Python's shortest float texts do not always agree.
+    Python's shortest float texts do not always agree. SET members and JSON values are JSON
+    text: compact as MariaDB's JSON_COMPACT writes it, or ``spaced`` after each ',' and ':'
+    as MySQL 8 renders JSON (it has no compacting function).
     """
     if value is None:
         return HASH_NULL
@@ -221,13 +232,15 @@ def hash_text(value: Any) -> str:
         return str(value)
     if isinstance(value, float):
         return HASH_FLOAT
-    return orjson.dumps(value).decode()  # SET members and JSON values
+    if spaced:
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return orjson.dumps(value).decode()
 
 
-def content_hash(doc: Mapping[str, Any]) -> int:
+def content_hash(doc: Mapping[str, Any], spaced: bool = False) -> int:
     """CRC32 of the '#'-joined values, like pt-table-checksum's per-row checksum."""
     # Strings and integers, the common cases, skip the call (this runs once per document).
-    texts = [v if (t := type(v)) is str else str(v) if t is int else hash_text(v)
+    texts = [v if (t := type(v)) is str else str(v) if t is int else hash_text(v, spaced)
              for v in doc.values()]
     return zlib.crc32("#".join(texts).encode())
 

@@ -45,12 +45,21 @@ class DecodeError(ValueError):
 
 class Position(msgspec.Struct, gc=False):
     """Where and when the change was committed in the source database: the fields of
-    Debezium's source block that versions and freshness need (the rest is never parsed)."""
+    Debezium's source block that versions, freshness and following the source need (the
+    rest is never parsed)."""
 
     file: str = ""
     pos: int = 0
     row: int = 0
     ts_ms: int = 0
+    gtid: str | None = None
+    # "true", "first", "last", ... for snapshot reads; "false" (or false) when streaming
+    snapshot: str | bool | None = None
+    connector: str | None = None  # "mariadb" or "mysql"
+
+    @property
+    def in_snapshot(self) -> bool:
+        return self.snapshot not in (None, False, "false", "incremental")
 
 
 class _Envelope(msgspec.Struct):

@@ -7,6 +7,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from indexer.admin import alias_state
 from indexer.config import Config
 from indexer.sink.search import SearchClient, SearchError, SearchUnavailable, TransportError
+from indexer.sink.state import StateStore
 from indexer.source.kafka import KafkaUnavailable, client_security, probe
 
 
@@ -19,11 +20,19 @@ async def check_health(config: Config) -> list[str]:
             health = await client.health()
             if health.get("status") == "red":
                 problems.append(f"search server ({client.server}): cluster status red")
+            store = StateStore(client)
             for table in config.tables:
                 state = await alias_state(client, table.alias)
                 if not state.live:
                     problems.append(f"{table.name}: no index behind alias {table.alias!r} "
                                     "(run `indexer mappings apply`)")
+                if table.version.kind == "binlog":
+                    for switch in (await store.load(table.alias)).unacknowledged:
+                        problems.append(
+                            f"{table.name}: source switch at {switch['at']} ({switch['where']}): "
+                            f"{switch['reason']}; now in version epoch {switch['epoch']}. Check "
+                            f"with `indexer reconcile {table.table}`, then `indexer source ack "
+                            f"{table.table}`")
     except SearchUnavailable as exc:
         problems.append(str(exc))
     except (SearchError, TransportError) as exc:

@@ -37,6 +37,12 @@ class Metrics:
                                    "time of the oldest change of each written batch",
                                    ["table"], buckets=AGE_BUCKETS, registry=r)
         self.committed = Counter("indexer_offsets_committed", "Offset commits", registry=r)
+        self.source_switches = Counter("indexer_source_switches", "Switches of a table's source "
+                                       "server (fail-over, RESET MASTER) turned into a new "
+                                       "version epoch", ["table"], registry=r)
+        self.version_epoch = Gauge("indexer_version_epoch", "The version epoch a table's "
+                                   "binlog versions are in (0 until a source switch)",
+                                   ["table"], registry=r)
 
     def serve(self, host: str, port: int) -> None:
         """Exposes /metrics on host:port (port 0 = off)."""

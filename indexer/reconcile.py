@@ -32,6 +32,7 @@ from indexer.documents import (
     DocumentBuilder,
     Write,
     document_id,
+    file_number,
     key_bucket,
     pack_binlog_version,
     tombstone,
@@ -40,6 +41,7 @@ from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
 from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
 from indexer.sink.search import SearchClient
+from indexer.sink.state import StateStore
 from indexer.source import mysql
 
 # About this many rows per chunk: small enough that a differing chunk is cheap to compare
@@ -127,8 +129,8 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
                     progress: Progress = no_progress) -> Report:
     started = time.monotonic()
     report = Report(table.name, table.alias, datetime.now(UTC).isoformat(timespec="seconds"))
-    builder = DocumentBuilder(table)
-    plan = await asyncio.to_thread(_plan, config, table, builder)
+    plan = await asyncio.to_thread(_plan, config, table, DocumentBuilder(table))
+    builder = DocumentBuilder(table, plan.layout.flavor)  # hashes as the server's SQL does
     report.chunking = plan.describe()
     async with ElasticsearchSink(config.elasticsearch, Metrics(),
                                  max_backoff_s=config.batch.max_backoff_s) as sink:
@@ -311,7 +313,11 @@ async def _repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
     finally:
         snapshot.close()
     binlog = table.version.kind == "binlog"
-    snapshot_version = pack_binlog_version(position.file, position.pos, 0)
+    snapshot_version = 0
+    if binlog:
+        epoch = await StateStore(sink.client).snapshot_epoch(
+            table.alias, file_number(position.file), position.pos, position.ts_ms, "repair")
+        snapshot_version = pack_binlog_version(position.file, position.pos, 0, epoch)
     ops = []
     for key, row in rows:
         # Column versions: the document may carry the row's own version with other content

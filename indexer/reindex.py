@@ -27,12 +27,19 @@ import orjson
 
 from indexer.admin import alias_state, create_index, definition_for
 from indexer.config import Config, TableConfig
-from indexer.documents import META_FIELD, DocumentBuilder, Write, pack_binlog_version
+from indexer.documents import (
+    META_FIELD,
+    DocumentBuilder,
+    Write,
+    file_number,
+    pack_binlog_version,
+)
 from indexer.mappings import alias_of_index, swap_actions, sync_alias
 from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
 from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
 from indexer.sink.search import SearchClient
+from indexer.sink.state import StateStore
 from indexer.source import mysql
 
 log = logging.getLogger(__name__)
@@ -107,7 +114,7 @@ async def _load(config: Config, table: TableConfig, layout: mysql.TableLayout,
     """Readers (threads, one snapshot each) feed pages through a bounded queue to writers."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[list[Op] | None] = asyncio.Queue(QUEUE_PAGES)
-    builder = DocumentBuilder(table)
+    builder = DocumentBuilder(table, layout.flavor)
     stop = threading.Event()
     ranges = await asyncio.to_thread(_ranges, config, layout, parallel)
 
@@ -118,8 +125,12 @@ async def _load(config: Config, table: TableConfig, layout: mysql.TableLayout,
         try:
             position = snapshot.position
             result.positions.append(f"{position.file}:{position.pos}")
-            version = (pack_binlog_version(position.file, position.pos, 0)
-                       if table.version.kind == "binlog" else None)
+            version = None
+            if table.version.kind == "binlog":
+                epoch = asyncio.run_coroutine_threadsafe(StateStore(sink.client).snapshot_epoch(
+                    table.alias, file_number(position.file), position.pos, position.ts_ms,
+                    "reindex"), loop).result()
+                version = pack_binlog_version(position.file, position.pos, 0, epoch)
             for page in snapshot.rows(where, args, page_rows=config.batch.max_events):
                 if stop.is_set():
                     return rows

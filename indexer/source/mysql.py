@@ -13,7 +13,7 @@ import re
 import ssl
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import pymysql
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 Row = dict[str, Any]
 Converter = Callable[[Any], Any]
+Flavor = Literal["mariadb", "mysql"]
 
 # Rows per network round trip of the unbuffered cursor: large enough to amortise the call,
 # small enough to keep memory flat.
@@ -117,6 +118,7 @@ class TableLayout:
     database: str
     table: str
     columns: tuple[Column, ...]
+    flavor: Flavor = "mariadb"  # the server's: its SQL dialect for checksums
 
     @property
     def key(self) -> tuple[Column, ...]:
@@ -134,8 +136,17 @@ class TableLayout:
             "tinyint", "smallint", "mediumint", "int", "bigint")
 
 
-def table_layout(conn: pymysql.connections.Connection[Any], database: str,
-                 table: str) -> TableLayout:
+def server_flavor(conn: pymysql.connections.Connection[Any]) -> Flavor:
+    """MariaDB or MySQL, from the version string (MariaDB's says so)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        ((version,),) = cur.fetchall()
+    return "mariadb" if "mariadb" in str(version).lower() else "mysql"
+
+
+def table_layout(conn: pymysql.connections.Connection[Any], database: str, table: str,
+                 server: Literal["auto", "mariadb", "mysql"] = "auto") -> TableLayout:
+    flavor: Flavor = server_flavor(conn) if server == "auto" else server
     with conn.cursor() as cur:
         cur.execute(
             "SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, "
@@ -154,7 +165,7 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str,
     layout = TableLayout(database, table, tuple(
         Column(str(r[0]), "json" if r[0] in json_columns else str(r[1]).lower(),
                str(r[2]).lower(), int(r[3]), int(r[4]))
-        for r in rows))
+        for r in rows), flavor)
     if not layout.key:
         raise LookupError(f"table {database}.{table} has no primary key; documents need one")
     return layout
@@ -162,7 +173,7 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str,
 
 def read_layout(settings: MySQLSettings, database: str, table: str) -> TableLayout:
     with connect(settings, database) as conn:
-        return table_layout(conn, database, table)
+        return table_layout(conn, database, table, settings.server)
 
 
 _JSON_VALID = re.compile(r"^json_valid\(`?([^`]+)`?\)$", re.IGNORECASE)
@@ -261,31 +272,44 @@ class RowReader:
 class SnapshotPosition:
     file: str
     pos: int
+    ts_ms: int  # the server's clock when the snapshot began
 
 
 class Snapshot:
-    """A consistent, lock-free read view with the binlog position it corresponds to.
+    """A consistent read view with the binlog position it corresponds to; every change
+    committed later has a higher position.
 
-    MariaDB reports the position of ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` exactly in
-    ``Binlog_snapshot_file``/``Binlog_snapshot_position``; every change committed later has
-    a higher position.
+    MariaDB reports the position of ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` exactly and
+    lock-free in ``Binlog_snapshot_file``/``Binlog_snapshot_position``. Servers without them
+    (MySQL 8) are asked the way mysqldump ``--single-transaction --source-data`` and
+    Debezium's snapshot ask: a global read lock while the transaction starts and the binary
+    log status is read, released at once (``mysql.snapshot_position`` chooses).
     """
 
     def __init__(self, settings: MySQLSettings, layout: TableLayout) -> None:
         self._conn = connect(settings, layout.database)
         self.layout = layout
-        with self._conn.cursor() as cur:
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            cur.execute("SHOW STATUS WHERE Variable_name IN "
-                        "('Binlog_snapshot_file', 'Binlog_snapshot_position')")
-            status = dict(cur.fetchall())
-        file, pos = status.get("Binlog_snapshot_file"), status.get("Binlog_snapshot_position")
-        if not file or pos is None:
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                found = None
+                if settings.snapshot_position != "lock":
+                    found = _lock_free_position(cur)
+                    if found is None and settings.snapshot_position == "status":
+                        raise ConfigError(
+                            "mysql.snapshot_position = \"status\": the server reports no "
+                            "Binlog_snapshot_file/position (MySQL has none: use \"auto\" or "
+                            "\"lock\"; MariaDB needs binary logging on)")
+                    if found is None:
+                        cur.execute("ROLLBACK")
+                if found is None:
+                    found = _locked_position(cur)
+                cur.execute("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS UNSIGNED)")
+                ((now_ms,),) = cur.fetchall()
+        except BaseException:
             self._conn.close()
-            raise RuntimeError("the server reports no Binlog_snapshot_file/position: binary "
-                               "logging must be on (MariaDB) for binlog versions")
-        self.position = SnapshotPosition(str(file), int(pos))
+            raise
+        self.position = SnapshotPosition(found[0], found[1], int(now_ms))
 
     def rows(self, where: str = "", args: Sequence[Any] = (),
              page_rows: int = FETCH_ROWS) -> Iterator[list[tuple[Row, Row]]]:
@@ -325,6 +349,49 @@ class Snapshot:
         self._conn.close()
 
 
+def _lock_free_position(cur: Any) -> tuple[str, int] | None:
+    """MariaDB's position of the snapshot this starts, or None where the server has none."""
+    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    cur.execute("SHOW STATUS WHERE Variable_name IN "
+                "('Binlog_snapshot_file', 'Binlog_snapshot_position')")
+    status = dict(cur.fetchall())
+    file, pos = status.get("Binlog_snapshot_file"), status.get("Binlog_snapshot_position")
+    return (str(file), int(pos)) if file and pos is not None else None
+
+
+def _locked_position(cur: Any) -> tuple[str, int]:
+    """Starts the snapshot under a brief global read lock, so nothing commits between it and
+    the binary log status read beside it."""
+    try:
+        cur.execute("FLUSH TABLES WITH READ LOCK")
+    except pymysql.err.OperationalError as exc:
+        raise ConfigError(f"a snapshot position without Binlog_snapshot_* needs a brief global "
+                          f"read lock, which the server refused ({exc.args[-1]}): grant RELOAD "
+                          "(services that forbid FLUSH TABLES WITH READ LOCK, like RDS and "
+                          "Aurora, need column versions)") from exc
+    try:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        status = None
+        # MySQL 8.4 removed SHOW MASTER STATUS for SHOW BINARY LOG STATUS (8.2+); MariaDB
+        # knows only the first. Tried in turn, not chosen by version number.
+        for statement in ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
+            try:
+                cur.execute(statement)
+            except pymysql.err.ProgrammingError:
+                continue
+            except pymysql.err.OperationalError as exc:
+                raise ConfigError(f"{statement} was refused ({exc.args[-1]}): grant REPLICATION "
+                                  "CLIENT (MySQL) or BINLOG MONITOR (MariaDB)") from exc
+            status = cur.fetchone()
+            break
+    finally:
+        cur.execute("UNLOCK TABLES")
+    if not status:
+        raise ConfigError("the server reports no binary log position: binary logging must be "
+                          "on for binlog versions")
+    return str(status[0]), int(status[1])
+
+
 def open_slices(low: int, high: int, parts: int) -> list[tuple[int | None, int | None]]:
     """[low, high] cut into up to ``parts`` consecutive inclusive slices; the first starts and
     the last ends open (None), so values outside the bounds read earlier fall in one too."""
@@ -355,26 +422,28 @@ def row_count_estimate(settings: MySQLSettings, layout: TableLayout) -> int:
 
 # --- reconciliation: the server computes per-row texts and checksums -----------------------
 
-def text_sql(column: Column) -> str:
+def text_sql(column: Column, flavor: Flavor = "mariadb") -> str:
     """SQL giving the column as the text :func:`indexer.documents.hash_text` gives its
-    canonical value (NULL for NULL)."""
+    canonical value (NULL for NULL). JSON and SET texts are compact on MariaDB (its
+    JSON_COMPACT) and spaced on MySQL 8, which renders JSON that way and cannot compact it."""
     c, t = _quote(column.name), column.data_type
     if t in _FLOATS:
         return f"IF({c} IS NULL, NULL, '~')"
     if t in ("date", "datetime", "timestamp", "bit") or t in _BINARIES:
         return value_sql(column)
     if t == "json":
-        return f"JSON_COMPACT({c})"
+        return f"JSON_COMPACT({c})" if flavor == "mariadb" else f"CAST({c} AS CHAR)"
     if t == "set":
-        return f"IF({c} = '', '[]', CONCAT('[\"', REPLACE({c}, ',', '\",\"'), '\"]'))"
+        separator = "\",\"" if flavor == "mariadb" else "\", \""
+        return f"IF({c} = '', '[]', CONCAT('[\"', REPLACE({c}, ',', '{separator}'), '\"]'))"
     if t in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"):
         return c
     return f"CAST({c} AS CHAR)"
 
 
-def hash_sql(columns: Sequence[Column]) -> str:
+def hash_sql(columns: Sequence[Column], flavor: Flavor = "mariadb") -> str:
     """CRC32 of the '#'-joined texts, NULL as \\N: the SQL twin of documents.content_hash."""
-    parts = ", ".join(f"COALESCE({text_sql(c)}, '\\\\N')" for c in columns)
+    parts = ", ".join(f"COALESCE({text_sql(c, flavor)}, '\\\\N')" for c in columns)
     return f"CRC32(CONCAT_WS('#', {parts}))"
 
 
@@ -382,8 +451,9 @@ def id_sql(layout: TableLayout) -> str:
     """The document id (documents.document_id) computed by the server."""
     key = layout.key
     if len(key) == 1:
-        return text_sql(key[0])
-    escaped = [f"REPLACE(REPLACE({text_sql(c)}, '\\\\', '\\\\\\\\'), '|', '\\\\|')" for c in key]
+        return text_sql(key[0], layout.flavor)
+    escaped = [f"REPLACE(REPLACE({text_sql(c, layout.flavor)}, '\\\\', '\\\\\\\\'), '|', '\\\\|')"
+               for c in key]
     return f"CONCAT_WS('|', {', '.join(escaped)})"
 
 
@@ -405,8 +475,9 @@ def chunk_sums(settings: MySQLSettings, layout: TableLayout, columns: Sequence[C
     if layout.integer_key:
         where, args = key_range_where(layout, None if first is None else first * width,
                                       None if last is None else (last + 1) * width - 1)
+    row_hash = hash_sql(columns, layout.flavor)
     found = _fetch_all(settings, layout.database,
-                       f"SELECT {chunk} AS chunk, COUNT(*), SUM({hash_sql(columns)}) "
+                       f"SELECT {chunk} AS chunk, COUNT(*), SUM({row_hash}) "
                        f"FROM {layout.qualified} {where} GROUP BY chunk", args or None)
     return {int(c): ChunkSum(int(c), int(n), int(h)) for c, n, h in found}
 
@@ -432,7 +503,8 @@ def chunk_rows(settings: MySQLSettings, layout: TableLayout, columns: Sequence[C
         where = f"{_chunk_sql(layout, width)} IN ({', '.join(['%s'] * len(chunks))})"
         args = list(chunks)
     found = _fetch_all(settings, layout.database,
-                       f"SELECT {id_sql(layout)}, {hash_sql(columns)} FROM {layout.qualified} "
+                       f"SELECT {id_sql(layout)}, {hash_sql(columns, layout.flavor)} "
+                       f"FROM {layout.qualified} "
                        f"WHERE {where}", args)
     return {str(i): int(h) for i, h in found}
 

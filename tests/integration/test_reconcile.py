@@ -4,6 +4,7 @@ exactly, repaired, and live writes do not show up as drift."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import pytest
 
 from indexer.reconcile import reconcile
 from indexer.sink.search import SearchClient
+from indexer.source import mysql
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
@@ -22,8 +24,10 @@ from tests.integration.conftest import (
     expected_rows,
     insert_rows,
     live_index,
+    running,
     sql,
     wait_for_documents,
+    wait_for_topic,
 )
 from tests.integration.test_reindex import busy_writer
 
@@ -118,3 +122,50 @@ async def test_live_writes_are_rechecked_not_reported(db: Any, es: SearchClient,
         report = await checking
         assert changes > 20
         assert report.clean, (report.missing, report.extra, report.stale)
+
+
+async def test_the_mysql_8_checksum_variant_sees_json_and_set_drift(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    # MySQL 8 has no JSON_COMPACT: its variant hashes JSON and SET texts as MySQL renders
+    # JSON (", " and ": "). MariaDB keeps JSON text as written, so rows written that way
+    # stand in for MySQL's rendering here.
+    table = make_table("id INT PRIMARY KEY, doc JSON, tags SET('a','b','c'), name VARCHAR(20)",
+                       {"mappings": {"properties": {"doc": {"type": "flattened"}}}})
+    for i in range(1, 41):
+        sql(db, f"INSERT INTO `{table.name}` VALUES (%s, %s, 'a,c', %s)", i,
+            f'{{"n": {i}, "items": [1, "two", null], "nested": {{"ok": true}}}}', f"n{i}")
+    config = make_config(table.entry(), mysql={"server": "mysql"})
+    expected = {str(i): {"id": i, "doc": {"n": i, "items": [1, "two", None],
+                                          "nested": {"ok": True}},
+                         "tags": ["a", "c"], "name": f"n{i}"} for i in range(1, 41)}
+    await wait_for_topic(table.topic)
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected)
+    clean = await reconcile(config, config.tables[0], settle_s=0)
+    assert clean.clean and clean.rows == 40
+    sql(db, "SET SESSION sql_log_bin = 0")
+    try:
+        sql(db, f"UPDATE `{table.name}` SET doc = '{{\"n\": 7, \"items\": [], \"nested\": "
+                f"{{\"ok\": false}}}}' WHERE id = 7")
+        sql(db, f"UPDATE `{table.name}` SET tags = 'b' WHERE id = 9")
+    finally:
+        sql(db, "SET SESSION sql_log_bin = 1")
+    found = await reconcile(config, config.tables[0], settle_s=0)
+    assert found.stale == ["7", "9"]
+    assert (await reconcile(config, config.tables[0], repair=True, settle_s=0)).clean
+
+
+async def test_the_locked_snapshot_position_is_the_lock_free_one(
+        db: Any, make_table: Any, make_config: Any) -> None:
+    # MySQL 8's way (a brief global read lock, then SHOW BINARY LOG STATUS, which MariaDB
+    # refuses, so SHOW MASTER STATUS) gives the position MariaDB reports lock-free.
+    table = make_table(COLUMNS)
+    config = make_config(table.entry())
+    layout = await asyncio.to_thread(mysql.read_layout, config.mysql, "indexer_test", table.name)
+    positions = []
+    for mode in ("status", "lock", "auto"):
+        settings = dataclasses.replace(config.mysql, snapshot_position=mode)
+        snapshot = await asyncio.to_thread(mysql.Snapshot, settings, layout)
+        positions.append((snapshot.position.file, snapshot.position.pos))
+        snapshot.close()
+    assert positions[0] == positions[1] == positions[2]

@@ -199,3 +199,21 @@ async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
         sql(db, f"DROP TABLE IF EXISTS indexer_bench.`{table}`")
         db.close()
         await es.delete_matching(f"{alias}-v*")
+
+
+async def test_a_reindex_with_mysql_8s_locked_snapshot_position_loses_no_write(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    # The way servers without Binlog_snapshot_* are asked, forced on MariaDB.
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 5000)
+    config = make_config(table.entry(), mysql={"snapshot_position": "lock"})
+    async with caught_up(db, es, table, config):
+        stop = threading.Event()
+        writer = asyncio.create_task(asyncio.to_thread(busy_writer, table.name, stop, 5001, 3))
+        await asyncio.sleep(0.3)
+        result = await reindex(config, config.tables[0], parallel=2)
+        await asyncio.sleep(0.5)
+        stop.set()
+        assert await writer > 20
+        assert result.written + result.stale == result.rows == result.read
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)

@@ -1,3 +1,5 @@
+import zlib
+
 import orjson
 import pytest
 
@@ -121,3 +123,19 @@ def test_chunk_fields_for_integer_and_other_keys() -> None:
     assert by_int["key"] == 5 and "bucket" not in by_int
     assert by_text["_indexer"]["bucket"] == key_bucket("a") < KEY_BUCKETS
     assert "key" not in huge and "bucket" in huge
+
+
+def test_json_values_hash_as_their_server_renders_them() -> None:
+    row = {"id": 7, "doc": {"a": [1, "x"], "b": None}, "tags": ["a", "c"]}
+    mariadb = '7#{"a":[1,"x"],"b":null}#["a","c"]'
+    mysql = '7#{"a": [1, "x"], "b": null}#["a", "c"]'
+    assert content_hash(row) == zlib.crc32(mariadb.encode())
+    assert content_hash(row, spaced=True) == zlib.crc32(mysql.encode())
+    # The daemon reads the server from Debezium's source block, unless configured.
+    for connector, text in (("mariadb", mariadb), ("mysql", mysql)):
+        event = Change("c", {"id": 7}, None, row, Position("b.000001", 4, 0, 1, None, None,
+                                                            connector))
+        source = DocumentBuilder(table()).write_for_change(event).source
+        assert orjson.loads(source)["_indexer"]["hash"] == zlib.crc32(text.encode())
+    forced = DocumentBuilder(table(), "mysql").write_for_row({"id": 7}, row, 1).source
+    assert orjson.loads(forced)["_indexer"]["hash"] == zlib.crc32(mysql.encode())

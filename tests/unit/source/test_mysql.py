@@ -1,5 +1,6 @@
 import itertools
 
+from indexer.source import mysql
 from indexer.source.mysql import Column, RowReader, TableLayout, open_slices
 
 
@@ -46,3 +47,11 @@ def test_zero_dates_are_null_and_nulls_stay_null() -> None:
     assert "IF(YEAR(`at`) = 0 OR MONTH(`at`) = 0 OR DAYOFMONTH(`at`) = 0, NULL" in reader.select()
     _, row = reader.row(("[1, null, null, null, null, null, null, null, null]",))
     assert set(row.values()) == {1, None}
+
+
+def test_json_and_set_texts_follow_the_servers_rendering() -> None:
+    doc = Column("doc", "json", "longtext", 0, 0)
+    tags = Column("tags", "set", "set('a','b')", 0, 0)
+    assert mysql.text_sql(doc) == "JSON_COMPACT(`doc`)"
+    assert mysql.text_sql(doc, "mysql") == "CAST(`doc` AS CHAR)"  # MySQL 8 cannot compact
+    assert "'\",\"'" in mysql.text_sql(tags) and "'\", \"'" in mysql.text_sql(tags, "mysql")
