@@ -16,14 +16,20 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_never,
+    wait_random_exponential,
+)
 
 from indexer.admin import ensure_table_index
 from indexer.config import Config, TableConfig
 from indexer.dlq import dead_letter_for
 from indexer.documents import DocumentBuilder
 from indexer.events import DecodeError, EnvelopeDecoder
-from indexer.follower import Follower, NotFollowed, SwitchFound
+from indexer.follower import Follower, NotFollowed, SwitchFound, transient
 from indexer.metrics import Metrics
 from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
 from indexer.sink.state import StateStore
@@ -81,6 +87,7 @@ class Daemon:
         self._sink: ElasticsearchSink | None = None
         self._producer: Producer | None = None
         self._follower: Follower | None = None  # binlog-versioned tables' sources
+        self._saving: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None  # a fatal error of a batch
         self._completed: dict[TopicPartition, int] = {}  # written, not yet committed
         self._committing: asyncio.Task[None] | None = None
@@ -182,10 +189,19 @@ class Daemon:
         follower = self._follower
         assert follower is not None
         for _ in range(3):  # a partition's first record may also be a switch
-            if isinstance(needed, NotFollowed):
-                await follower.follow(needed)
-            else:
-                await follower.enter(needed)
+            # Stored in the search server: retried like a bulk while it is away.
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(transient),
+                wait=wait_random_exponential(multiplier=0.1, max=self.config.batch.max_backoff_s),
+                stop=stop_never, reraise=True,
+                before_sleep=lambda s: log.warning("cannot store a source cursor or epoch yet "
+                                                   "(%s); retrying", s.outcome and
+                                                   s.outcome.exception())):
+                with attempt:
+                    if isinstance(needed, NotFollowed):
+                        await follower.follow(needed)
+                    else:
+                        await follower.enter(needed)
             try:
                 return self._prepare(record)
             except (SwitchFound, NotFollowed) as again:
@@ -351,7 +367,8 @@ class Daemon:
             lag = source.lag(tp, offset)
             if lag is not None:
                 self.metrics.lag.labels(tp.topic, str(tp.partition)).set(lag)
-        await self._save_cursors()
+        if self._saving is None or self._saving.done():  # beside the commits, never before
+            self._saving = asyncio.create_task(self._save_cursors())
 
     async def _save_cursors(self, *, force: bool = False) -> None:
         """Stores where each followed partition's source stands (every few seconds)."""
@@ -390,6 +407,8 @@ class Daemon:
 
     async def _shutdown(self) -> None:
         await self._drain(self.config.batch.shutdown_grace_s)
+        if self._saving is not None:
+            await self._saving
         await self._save_cursors(force=True)
         if self._failure is not None:
             raise self._failure

@@ -60,7 +60,12 @@ def pack_binlog_version(file: str, pos: int, row: int, epoch: Epoch = EPOCH_ZERO
     there take a later ``epoch``, whose versions are all above the earlier ones'
     (:mod:`indexer.sources` notices the switch and records the epoch).
     """
-    number = epoch.field(file_number(file))
+    try:
+        number = binlog_file_number(file)
+    except SourceError as exc:
+        raise VersionError(str(exc)) from exc
+    if epoch.number:
+        number = epoch.field(number)
     if not 0 < number <= MAX_FILE:
         raise VersionError(f"binlog file number {number} does not fit {FILE_BITS} bits "
                            f"(max {MAX_FILE}); use a column version or reset and reindex")
@@ -143,8 +148,10 @@ class DocumentBuilder:
 
     def __init__(self, table: TableConfig, server: ServerKind = "auto") -> None:
         # MySQL's JSON texts hash spaced (hash_text); "auto": as each event's connector says.
-        self._server = server
+        self._spaced = server == "mysql"
+        self._by_connector = server == "auto"
         self._version: VersionSource = table.version
+        self.binlog_versions = table.version.kind == "binlog"
         self._include = frozenset(table.include)
         self._exclude = frozenset(table.exclude)
         self._rename = dict(table.rename)
@@ -191,18 +198,14 @@ class DocumentBuilder:
             return Write(doc_id, version, tombstone(change.position.ts_ms), deleted=True)
         assert change.after is not None
         version = self._change_version(change, change.after, epoch, deleted=False)
-        server = self._server if self._server != "auto" else change.position.connector
-        return Write(doc_id, version, self.body(change.key, doc_id, change.after,
-                                                server == "mysql"), deleted=False)
+        spaced = self._spaced or (self._by_connector and change.position.connector == "mysql")
+        return Write(doc_id, version, self.body(change.key, doc_id, change.after, spaced),
+                     deleted=False)
 
     def write_for_row(self, key: Mapping[str, Any], row: Mapping[str, Any], version: int) -> Write:
         doc_id = document_id(key)
-        return Write(doc_id, version, self.body(key, doc_id, row, self._server == "mysql"),
-                     deleted=False)
+        return Write(doc_id, version, self.body(key, doc_id, row, self._spaced), deleted=False)
 
-    @property
-    def binlog_versions(self) -> bool:
-        return self._version.kind == "binlog"
 
     def _change_version(self, change: Change, row: Mapping[str, Any], epoch: Epoch, *,
                         deleted: bool) -> int:

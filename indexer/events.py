@@ -57,10 +57,6 @@ class Position(msgspec.Struct, gc=False):
     snapshot: str | bool | None = None
     connector: str | None = None  # "mariadb" or "mysql"
 
-    @property
-    def in_snapshot(self) -> bool:
-        return self.snapshot not in (None, False, "false", "incremental")
-
 
 class _Envelope(msgspec.Struct):
     """A Debezium envelope, or the ``{"schema", "payload"}`` message that wraps one. Typed

@@ -18,17 +18,35 @@ from aiokafka.structs import ConsumerRecord
 
 from indexer.config import TableConfig
 from indexer.dlq import REPLAY_HEADER
-from indexer.documents import file_number
+from indexer.documents import VersionError
 from indexer.events import Position
 from indexer.metrics import Metrics
+from indexer.sink.search import SearchError, TransportError
 from indexer.sink.state import StateStore
-from indexer.sources import Cursor, Epoch, Registry, Switch, observe_fast, partition_key
+from indexer.sources import (
+    EPOCH_ZERO,
+    Cursor,
+    Epoch,
+    Registry,
+    SourceError,
+    Switch,
+    binlog_file_number,
+    observe_fast,
+    partition_key,
+)
 
 log = logging.getLogger(__name__)
 
 # Cursors are saved at most this often: a save lost in a crash only means re-reading a few
 # seconds of changes, which observe() recognises as sent before.
 SAVE_EVERY_S = 5.0
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether storing or reading the state failed for now (the search server is away or
+    busy), as opposed to for good (a refused privilege)."""
+    return isinstance(exc, TransportError) or (
+        isinstance(exc, SearchError) and (exc.status >= 500 or exc.status == 429))
 
 
 @dataclass
@@ -60,25 +78,45 @@ class Follower:
         self._owned: dict[str, set[str]] = {}  # alias -> partition keys this process follows
         self._keys: dict[tuple[str, int], str] = {}
         self._saved_at = time.monotonic()
+        # The partition of the previous event and its (key, cursor): most events follow one.
+        self._last_topic, self._last_partition = "", -1
+        self._last: tuple[Registry, str, Cursor] = (Registry(), "", Cursor())
 
     def epoch(self, table: TableConfig, record: ConsumerRecord[bytes, bytes],
               position: Position) -> Epoch:
         """The epoch of this change; raises :class:`SwitchFound` or :class:`NotFollowed`
-        when I/O must come first."""
-        registry = self._registries[table.alias]
-        replayed = _replay_of(record)
-        if replayed is not None:
-            return registry.epoch_at(*replayed)
-        key = self._keys.get((record.topic, record.partition))
-        if key is None or key not in self._owned[table.alias]:
-            raise NotFollowed(table, partition_key(record.topic, record.partition))
-        cursor = registry.cursors[key]
-        number = file_number(position.file)
-        switch = observe_fast(cursor, record.offset, number, position.pos, position.row,
-                              position.ts_ms, position.gtid, position.in_snapshot)
-        if switch is not None:
-            raise SwitchFound(table, key, record.offset, number, position.ts_ms, switch)
-        return registry.epoch_at(key, record.offset)
+        when I/O must come first. Runs once per event: the common case (the partition of the
+        previous event, coordinates moving forward, no switch yet) stays inline."""
+        if record.headers and (replayed := _replay_of(record)) is not None:
+            return self._registries[table.alias].epoch_at(*replayed)
+        if record.partition == self._last_partition and record.topic == self._last_topic:
+            registry, key, cursor = self._last
+        else:
+            registry = self._registries[table.alias]
+            found = self._keys.get((record.topic, record.partition))
+            if found is None or found not in self._owned[table.alias]:
+                raise NotFollowed(table, partition_key(record.topic, record.partition))
+            key, cursor = found, registry.cursors[found]
+            self._last_topic, self._last_partition = record.topic, record.partition
+            self._last = (registry, key, cursor)
+        offset = record.offset
+        if offset > cursor.offset:
+            try:
+                number = binlog_file_number(position.file)
+            except SourceError as exc:
+                raise VersionError(str(exc)) from exc
+            pos, row = position.pos, position.row
+            if cursor.offset >= 0 and (number, pos, row) < (cursor.file, cursor.pos, cursor.row):
+                switch = observe_fast(cursor, offset, number, pos, row, position.ts_ms,
+                                      position.gtid, position.snapshot)
+                if switch is not None:
+                    raise SwitchFound(table, key, offset, number, position.ts_ms, switch)
+            else:  # observe_fast's common case, inline: this runs once per event
+                cursor.offset, cursor.file, cursor.pos, cursor.row = offset, number, pos, row
+                cursor.ts_ms, cursor.gtid = position.ts_ms, position.gtid
+        if not registry.boundaries:  # no switch yet: the common case
+            return EPOCH_ZERO
+        return registry.epoch_at(key, offset)
 
     async def follow(self, missing: NotFollowed) -> None:
         """Loads the stored registry (it may hold epochs a reindex started, and the cursor
@@ -112,6 +150,7 @@ class Follower:
 
     def forget(self, topic: str, partition: int) -> None:
         """A partition was revoked: its next owner saves its cursor from now on."""
+        self._last_partition = -1
         key = self._keys.pop((topic, partition), None)
         for owned in self._owned.values():
             owned.discard(key or "")
@@ -142,6 +181,7 @@ class Follower:
             if current is not None and key != keep and key in current.cursors:
                 stored.cursors[key] = current.cursors[key]
         self._registries[alias] = stored
+        self._last_partition = -1  # cursors may be other objects now
         self._metrics.version_epoch.labels(self._tables[alias].name).set(stored.current.number)
 
     async def load(self, table: TableConfig) -> None:

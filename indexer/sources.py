@@ -116,7 +116,7 @@ class Point:
         return f"binlog file {self.file} position {self.pos}{gtid}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Cursor:
     """What one partition has seen: the last observed offset and the highest coordinates."""
 
@@ -174,16 +174,22 @@ def observe(cursor: Cursor, offset: int, point: Point) -> Switch | None:
 
 
 def observe_fast(cursor: Cursor, offset: int, file: int, pos: int, row: int, ts_ms: int,
-                 gtid: str | None, snapshot: bool) -> Switch | None:
+                 gtid: str | None, snapshot: str | bool | None) -> Switch | None:
     """:func:`observe` without building a :class:`Point` for the common case (coordinates
-    moving forward): it runs once per event."""
+    moving forward): it runs once per event. ``snapshot`` is Debezium's field as it is."""
     if offset <= cursor.offset:
         return None
     if cursor.offset < 0 or (file, pos, row) >= (cursor.file, cursor.pos, cursor.row):
         cursor.offset, cursor.file, cursor.pos, cursor.row = offset, file, pos, row
         cursor.ts_ms, cursor.gtid = ts_ms, gtid
         return None
-    return _went_back(cursor, offset, Point(file, pos, row, ts_ms, gtid, snapshot))
+    return _went_back(cursor, offset, Point(file, pos, row, ts_ms, gtid, in_snapshot(snapshot)))
+
+
+def in_snapshot(snapshot: str | bool | None) -> bool:
+    """Debezium's ``source.snapshot``: "true", "first", "last", ... while snapshotting;
+    "false" (or false) when streaming, "incremental" for reads between streamed changes."""
+    return snapshot not in (None, False, "false", "incremental")
 
 
 def _went_back(cursor: Cursor, offset: int, point: Point) -> Switch | None:

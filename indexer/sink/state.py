@@ -69,7 +69,7 @@ class StateStore:
         await self._ensure_index()
         try:
             await self._client.request("PUT", f"/{STATE_INDEX}/_doc/{quote(alias)}",
-                                       registry.as_json(), params={**guard, "refresh": True})
+                                       registry.as_json(), params=guard)
         except SearchError as exc:
             if exc.status == 409:
                 return False
