@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -19,6 +19,7 @@ from indexer.config import Config, ConfigError, TableConfig, load_config
 from indexer.mappings import MappingError
 from indexer.reindex import ReindexError
 from indexer.security import Redactor
+from indexer.sources import Registry
 
 app = typer.Typer(help="Keeps Elasticsearch in sync with MySQL/MariaDB via Debezium.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -36,6 +37,8 @@ app.add_typer(tombstones_app, name="tombstones")
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file",
                                                    envvar="INDEXER_CONFIG")]
 LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")]
+TablesArg = Annotated[list[str] | None, typer.Argument(help="tables (name, table or alias)")]
+AllTables = Annotated[bool, typer.Option("--all", help="every configured table")]
 # Lines are never wrapped: an error is one line, whatever reads it.
 err = Console(stderr=True, soft_wrap=True)
 
@@ -89,8 +92,8 @@ def check(config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
 
 @app.command()
 def reindex(
-    tables: Annotated[list[str] | None, typer.Argument(help="tables to rebuild")] = None,
-    all_tables: Annotated[bool, typer.Option("--all", help="every configured table")] = False,
+    tables: TablesArg = None,
+    all_tables: AllTables = False,
     parallel: Annotated[int, typer.Option(min=1, max=32, help="readers over key ranges")] = 1,
     rollback: Annotated[bool, typer.Option("--rollback", help="point the alias back at the "
                                            "previous index instead")] = False,
@@ -129,8 +132,8 @@ def reindex(
 
 @app.command()
 def reconcile(
-    tables: Annotated[list[str] | None, typer.Argument(help="tables to check")] = None,
-    all_tables: Annotated[bool, typer.Option("--all", help="every configured table")] = False,
+    tables: TablesArg = None,
+    all_tables: AllTables = False,
     repair: Annotated[bool, typer.Option("--repair", help="fix what differs")] = False,
     output_format: Annotated[str, typer.Option("--format", help="text, json or html")] = "text",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write the report "
@@ -256,46 +259,40 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = "INFO") 
 
 
 @source_app.command("status")
-def source_status(
-    tables: Annotated[list[str] | None, typer.Argument(help="tables to show")] = None,
-    all_tables: Annotated[bool, typer.Option("--all", help="every configured table")] = False,
-    config: ConfigOption = None,
-    log_level: LogLevel = "WARNING",
-) -> None:
+def source_status(tables: TablesArg = None, all_tables: AllTables = False,
+                  config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
     """Each table's version epochs, partition cursors and the switches not acknowledged."""
-    from indexer.sink.search import SearchClient
-    from indexer.sink.state import StateStore
 
-    cfg = _config(config, log_level)
-    selected = _select(cfg, tables, all_tables)
+    def show(table: TableConfig, registry: Registry) -> None:
+        err.print(f"{table.name}: version epoch {registry.current.number}, "
+                  f"{len(registry.epochs) - 1} source switches seen")
+        for key, cursor in sorted(registry.cursors.items()):
+            err.print(f"  {key}: offset {cursor.offset}, {cursor.describe()}, "
+                      f"epoch {cursor.epoch}")
+        for switch in registry.unacknowledged:
+            err.print(f"  [red]not acknowledged:[/red] {switch['at']} "
+                      f"{escape(switch['where'])}: {escape(switch['reason'])} "
+                      f"(epoch {switch['epoch']})")
 
-    async def main() -> None:
-        async with SearchClient(cfg.elasticsearch) as client:
-            store = StateStore(client)
-            for t in selected:
-                registry = await store.load(t.alias)
-                err.print(f"{t.name}: version epoch {registry.current.number}, "
-                          f"{len(registry.epochs) - 1} source switches seen")
-                for key, cursor in sorted(registry.cursors.items()):
-                    err.print(f"  {key}: offset {cursor.offset}, {cursor.describe()}, "
-                              f"epoch {cursor.epoch}")
-                for switch in registry.unacknowledged:
-                    err.print(f"  [red]not acknowledged:[/red] {switch['at']} "
-                              f"{escape(switch['where'])}: {escape(switch['reason'])} "
-                              f"(epoch {switch['epoch']})")
-
-    _run(cfg, main())
+    _each_registry(config, log_level, tables, all_tables, show)
 
 
 @source_app.command("ack")
-def source_ack(
-    tables: Annotated[list[str] | None, typer.Argument(help="tables to acknowledge")] = None,
-    all_tables: Annotated[bool, typer.Option("--all", help="every configured table")] = False,
-    config: ConfigOption = None,
-    log_level: LogLevel = "WARNING",
-) -> None:
+def source_ack(tables: TablesArg = None, all_tables: AllTables = False,
+               config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
     """Acknowledge the source switches seen (after checking with `indexer reconcile`):
     `indexer check` is healthy again."""
+
+    def acknowledge(table: TableConfig, registry: Registry) -> None:
+        err.print(f"{table.name}: {registry.acknowledge()} source switches acknowledged")
+
+    _each_registry(config, log_level, tables, all_tables, acknowledge, store=True)
+
+
+def _each_registry(config: Path | None, log_level: str, tables: list[str] | None,
+                   all_tables: bool, act: Callable[[TableConfig, Registry], None], *,
+                   store: bool = False) -> None:
+    """Runs ``act`` on each selected table's source registry (and stores it if ``store``)."""
     from indexer.sink.search import SearchClient
     from indexer.sink.state import StateStore
 
@@ -304,10 +301,12 @@ def source_ack(
 
     async def main() -> None:
         async with SearchClient(cfg.elasticsearch) as client:
-            store = StateStore(client)
+            state = StateStore(client)
             for t in selected:
-                _, count = await store.update(t.alias, lambda r: r.acknowledge())
-                err.print(f"{t.name}: {count} source switches acknowledged")
+                if store:
+                    await state.update(t.alias, lambda r, t=t: act(t, r))  # type: ignore[misc]
+                else:
+                    act(t, await state.load(t.alias))
 
     _run(cfg, main())
 
