@@ -36,7 +36,8 @@ app.add_typer(tombstones_app, name="tombstones")
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file",
                                                    envvar="INDEXER_CONFIG")]
-LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")]
+LogLevel = Annotated[str | None, typer.Option(
+    "--log-level", help="DEBUG, INFO, WARNING or ERROR; default: logging.level (INFO)")]
 TablesArg = Annotated[list[str] | None, typer.Argument(help="tables (name, table or alias)")]
 AllTables = Annotated[bool, typer.Option("--all", help="every configured table")]
 # Lines are never wrapped: an error is one line, whatever reads it.
@@ -48,18 +49,18 @@ EXIT_DRIFT = 1  # `reconcile` found differences (`check`: unhealthy)
 EXIT_ERROR = 2  # configuration or runtime error
 
 
-def _config(path: Path | None, level: str) -> Config:
+def _config(path: Path | None, level: str | None) -> Config:
     try:
         config = load_config(path)
     except ConfigError as exc:
         err.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc
-    logs.configure(config.log_format, level, Redactor(config.secrets()))
+    logs.configure(config.log_format, level or config.log_level, Redactor(config.secrets()))
     return config
 
 
 @app.command()
-def run(config: ConfigOption = None, log_level: LogLevel = "INFO") -> None:
+def run(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Stream Debezium change events from Kafka into Elasticsearch until stopped."""
     from indexer.daemon import Daemon
 
@@ -76,7 +77,7 @@ def run(config: ConfigOption = None, log_level: LogLevel = "INFO") -> None:
 
 
 @app.command()
-def check(config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
+def check(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Health as exit code: 0 when Elasticsearch, Kafka and every table's alias answer."""
     from indexer.health import check_health
 
@@ -100,7 +101,7 @@ def reindex(
     delete_old: Annotated[bool, typer.Option("--delete-old", help="delete every index of the "
                                              "table but the live one")] = False,
     config: ConfigOption = None,
-    log_level: LogLevel = "WARNING",
+    log_level: LogLevel = None,
 ) -> None:
     """Rebuild tables from MySQL into fresh indices and swap the alias, with no downtime."""
     from indexer import reindex as rebuild
@@ -141,7 +142,7 @@ def reconcile(
     settle: Annotated[float, typer.Option(help="seconds to wait before re-checking rows that "
                                           "differ (live writes)")] = 2.0,
     config: ConfigOption = None,
-    log_level: LogLevel = "WARNING",
+    log_level: LogLevel = None,
 ) -> None:
     """Compare MySQL with the index: exit 0 when they match, 1 on drift, 2 on errors."""
     import orjson
@@ -182,7 +183,7 @@ def mappings_validate(config: ConfigOption = None) -> None:
     """Check every table's mapping file without touching Elasticsearch."""
     from indexer.admin import definition_for
 
-    cfg = _config(config, "WARNING")
+    cfg = _config(config, None)
     try:
         for table in cfg.tables:
             definition = definition_for(cfg, table)
@@ -196,7 +197,7 @@ def mappings_validate(config: ConfigOption = None) -> None:
 def mappings_apply(
     config: ConfigOption = None,
     table: Annotated[list[str] | None, typer.Option(help="only these tables")] = None,
-    log_level: LogLevel = "INFO",
+    log_level: LogLevel = None,
 ) -> None:
     """Create each table's versioned index and aliases from its mapping file, if missing."""
     from indexer.admin import ensure_table_index
@@ -221,7 +222,7 @@ def dlq_replay(
     kind: Annotated[list[str] | None, typer.Option(help="only these error kinds")] = None,
     since: Annotated[datetime | None, typer.Option(help="only dead letters failed since")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list, do not send")] = False,
-    log_level: LogLevel = "INFO",
+    log_level: LogLevel = None,
 ) -> None:
     """Re-deliver dead letters to their source topics (after fixing what failed)."""
     from datetime import UTC
@@ -239,7 +240,7 @@ def dlq_replay(
 
 
 @tombstones_app.command("purge")
-def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = "INFO") -> None:
+def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Delete tombstones older than deletes.tombstone_retention_s."""
     import time
 
@@ -260,7 +261,7 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = "INFO") 
 
 @source_app.command("status")
 def source_status(tables: TablesArg = None, all_tables: AllTables = False,
-                  config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
+                  config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Each table's version epochs, partition cursors and the switches not acknowledged."""
 
     def show(table: TableConfig, registry: Registry) -> None:
@@ -279,7 +280,7 @@ def source_status(tables: TablesArg = None, all_tables: AllTables = False,
 
 @source_app.command("ack")
 def source_ack(tables: TablesArg = None, all_tables: AllTables = False,
-               config: ConfigOption = None, log_level: LogLevel = "WARNING") -> None:
+               config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Acknowledge the source switches seen (after checking with `indexer reconcile`):
     `indexer check` is healthy again."""
 
@@ -289,7 +290,7 @@ def source_ack(tables: TablesArg = None, all_tables: AllTables = False,
     _each_registry(config, log_level, tables, all_tables, acknowledge, store=True)
 
 
-def _each_registry(config: Path | None, log_level: str, tables: list[str] | None,
+def _each_registry(config: Path | None, log_level: str | None, tables: list[str] | None,
                    all_tables: bool, act: Callable[[TableConfig, Registry], None], *,
                    store: bool = False) -> None:
     """Runs ``act`` on each selected table's source registry (and stores it if ``store``)."""

@@ -47,6 +47,9 @@ DEFAULT_TOMBSTONE_RETENTION_S = 7 * 24 * 3600
 DEFAULT_METRICS_PORT = 9464  # an unassigned port in Prometheus' exporter range
 # Metrics say how much data flows and where: only this machine sees them unless told otherwise.
 DEFAULT_METRICS_HOST = "127.0.0.1"
+# Every command logs what it does (index created, alias swapped, retries) unless told otherwise.
+DEFAULT_LOG_LEVEL = "INFO"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # Retries of transient failures back off exponentially up to this ceiling, then keep trying.
 DEFAULT_MAX_BACKOFF_S = 30.0
 # SIGTERM gives the batch this long to finish before it is abandoned (never committed).
@@ -227,6 +230,7 @@ class Config:
     metrics_port: int = DEFAULT_METRICS_PORT
     metrics_host: str = DEFAULT_METRICS_HOST
     log_format: Literal["console", "json"] = "console"
+    log_level: str = DEFAULT_LOG_LEVEL
 
     def secrets(self) -> Iterator[Secret]:
         """Every secret in the settings: what logs and error lines must never show."""
@@ -304,6 +308,13 @@ def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
     log_format = str(logging_raw.get("format", "console"))
     if log_format not in ("console", "json"):
         raise ConfigError(f"logging.format: expected 'console' or 'json', got {log_format!r}")
+    log_level = str(logging_raw.get("level", DEFAULT_LOG_LEVEL)).upper()
+    if log_level not in LOG_LEVELS:
+        raise ConfigError(f"logging.level: expected one of {', '.join(LOG_LEVELS)}, "
+                          f"got {log_level!r}")
+    for key in logging_raw:
+        if key not in ("format", "level"):
+            raise ConfigError(f"logging.{key}: unknown setting; known: format, level")
     return Config(
         tables=tables,
         kafka=kafka,
@@ -317,6 +328,7 @@ def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
         metrics_port=_int(metrics.get("port", DEFAULT_METRICS_PORT), "metrics.port"),
         metrics_host=str(metrics.get("host", DEFAULT_METRICS_HOST)),
         log_format=log_format,  # type: ignore[arg-type]
+        log_level=log_level,
     )
 
 

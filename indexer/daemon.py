@@ -317,7 +317,7 @@ class Daemon:
         for table, ts in oldest.items():
             m.event_age.labels(table).observe(max(0.0, (now_ms - ts) / 1000))
         for table, ts in newest.items():
-            m.freshness.labels(table).set(max(0.0, (now_ms - ts) / 1000))
+            m.written_up_to(table, ts)
 
     def _advance(self) -> None:
         """Hands the batches completed at the head of the queue to the commit, in order.

@@ -15,6 +15,19 @@ from indexer.security import Redactor
 NOISY = {"aiokafka": logging.WARNING, "elastic_transport": logging.ERROR}
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time, so that a progress display which
+    redirects it (rich) prints log lines above its bars instead of through them."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -33,7 +46,7 @@ class JsonFormatter(logging.Formatter):
 def configure(fmt: str = "console", level: str = "INFO",
               redactor: Redactor | None = None) -> None:
     """One handler on stderr; ``redactor`` masks secrets in every record it writes."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.addFilter(redactor or Redactor())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())

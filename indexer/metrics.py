@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from indexer.config import ConfigError
@@ -31,8 +33,10 @@ class Metrics:
                                       buckets=BULK_BUCKETS, registry=r)
         self.lag = Gauge("indexer_consumer_lag", "Messages behind the partition's end",
                          ["topic", "partition"], registry=r)
-        self.freshness = Gauge("indexer_freshness_seconds", "Now minus the source commit time "
-                               "of the newest change written", ["table"], registry=r)
+        self.freshness = Gauge("indexer_freshness_seconds", "Now (at the scrape) minus the "
+                               "source commit time of the newest change written; grows while "
+                               "nothing is written", ["table"], registry=r)
+        self._newest_s: dict[str, float] = {}
         self.event_age = Histogram("indexer_event_age_seconds", "Now minus the source commit "
                                    "time of the oldest change of each written batch",
                                    ["table"], buckets=AGE_BUCKETS, registry=r)
@@ -43,6 +47,15 @@ class Metrics:
         self.version_epoch = Gauge("indexer_version_epoch", "The version epoch a table's "
                                    "binlog versions are in (0 until a source switch)",
                                    ["table"], registry=r)
+
+    def written_up_to(self, table: str, ts_ms: int) -> None:
+        """The newest source commit time written for a table: freshness is computed from it
+        when scraped, so a stalled pipeline does not look fresh."""
+        if table not in self._newest_s:
+            newest = self._newest_s
+            self.freshness.labels(table).set_function(
+                lambda: max(0.0, time.time() - newest[table]))
+        self._newest_s[table] = max(self._newest_s.get(table, 0.0), ts_ms / 1000)
 
     def serve(self, host: str, port: int) -> None:
         """Exposes /metrics on host:port (port 0 = off)."""

@@ -91,7 +91,6 @@ async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
             if result.written + result.stale != result.rows or result.rows != result.read:
                 raise ReindexError(f"{result.read} rows read but {result.written} written and "
                                    f"{result.stale} found newer")
-            progress("tombstones", 0, 0)
             result.tombstones = await _copy_tombstones(sink, before.live, index, progress)
             progress("refresh", 0, 1)
             await client.put_settings(index, definition.live_settings())
@@ -206,22 +205,26 @@ async def _copy_tombstones(sink: ElasticsearchSink, live: list[str], index: str,
                            progress: Progress) -> int:
     """Deleted rows keep their delete versions in the new index, so a stale event replayed
     later cannot bring them back."""
+    query = {"term": {f"{META_FIELD}.deleted": True}}
+    total = sum([await sink.client.count(old, query) for old in live])
     copied = 0
+    progress("tombstones", copied, total)
     batch: list[Op] = []
     for old in live:
         alias = alias_of_index(old) or old
-        async for hit in sink.client.scan(old, {
-                "query": {"term": {f"{META_FIELD}.deleted": True}}, "version": True}):
+        async for hit in sink.client.scan(old, {"query": query, "version": True}):
             batch.append(Op(alias, Write(hit["_id"], hit["_version"],
                                          orjson.dumps(hit["_source"]), True), index=index))
             if len(batch) >= 2000:
                 await sink.write(batch)
                 copied += len(batch)
                 batch = []
-                progress("tombstones", copied, 0)
+                progress("tombstones", copied, total)
     if batch:
         await sink.write(batch)
         copied += len(batch)
+    # One count: the bar ends at what the summary reports (the daemon may add tombstones).
+    progress("tombstones", copied, copied)
     return copied
 
 

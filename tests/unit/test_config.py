@@ -47,11 +47,20 @@ def test_file_plus_environment(tmp_path: Path) -> None:
     ({"tables": [TABLE], "batch": {"in_flight": 0}}, "batch.in_flight"),
     ({"tables": [TABLE], "connector": {"decimal_handling_mode": "fast"}}, "decimal_handling"),
     ({"tables": [TABLE], "extra": {}}, r"unknown section \[extra\]"),
+    ({"tables": [TABLE], "logging": {"level": "loud"}}, "logging.level: expected one of"),
+    ({"tables": [TABLE], "logging": {"colour": "red"}}, "logging.colour: unknown"),
 ])
 def test_invalid_settings_name_the_setting(raw: dict[str, object], match: str,
                                            tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=match):
         build_config(raw, tmp_path)
+
+
+def test_one_log_level_rule_for_every_command(tmp_path: Path) -> None:
+    assert build_config({"tables": [TABLE]}, tmp_path).log_level == "INFO"
+    path = tmp_path / "c.toml"
+    path.write_text('[[tables]]\nname = "shop.items"\n')
+    assert load_config(path, {"INDEXER_LOGGING__LEVEL": "warning"}).log_level == "WARNING"
 
 
 def test_unknown_table_lookup(tmp_path: Path) -> None:
