@@ -514,6 +514,9 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 log.retention.hours=-1
 log.segment.bytes=268435456
+# Rows up to 16 MB (a LONGTEXT, a JSON document) fit in one message; see README "Large rows".
+message.max.bytes=16777216
+replica.fetch.max.bytes=16777216
 EOF
   local scram=() user
   if [[ "$SECURE" == 1 ]]; then
@@ -565,6 +568,8 @@ offset.flush.interval.ms=1000
 plugin.path=$STACK_CACHE/debezium-$DEBEZIUM_VERSION/plugins
 plugin.discovery=only_scan
 listeners=http://127.0.0.1:$CONNECT_PORT
+# Lets the connector's own settings raise its producer's limits (producer.override.*).
+connector.client.config.override.policy=All
 EOF
   # The worker's own clients and those it gives the connector (its producer) alike.
   { kafka_client_properties connect; kafka_client_properties connect producer.

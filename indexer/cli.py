@@ -47,6 +47,7 @@ T = TypeVar("T")
 GC_THRESHOLD = 50_000
 EXIT_DRIFT = 1  # `reconcile` found differences (`check`: unhealthy)
 EXIT_ERROR = 2  # configuration or runtime error
+DEFAULT_SINCE_S = 24 * 3600  # `status` counts a day of dead letters unless told
 
 
 def _config(path: Path | None, level: str | None) -> Config:
@@ -89,6 +90,72 @@ def check(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     if problems:
         raise typer.Exit(EXIT_DRIFT)
     err.print("[green]healthy[/green]")
+
+
+@app.command()
+def explain(
+    table: Annotated[str, typer.Argument(help="table (name, table or alias)")],
+    key: Annotated[str, typer.Argument(help="primary key as the document id: the value, or "
+                                       "a composite key's values joined by '|'")],
+    output_format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    scan: Annotated[int, typer.Option(min=1, help="records read back per partition looking "
+                                      "for the key's events")] = 50_000,
+    config: ConfigOption = None,
+    log_level: LogLevel = None,
+) -> None:
+    """Why the index shows what it shows for one row: MySQL, every index, the key's events
+    and dead letters, and the fix. Exit 0 in sync, 1 differs, 2 error."""
+    import orjson
+
+    from indexer.explain import explain as explain_row
+    from indexer.explain import render_text
+
+    cfg = _config(config, log_level)
+    if output_format not in ("text", "json"):
+        err.print("[red]--format is text or json[/red]")
+        raise typer.Exit(EXIT_ERROR)
+    result = _run(cfg, explain_row(cfg, _table(cfg, table), key, scan_budget=scan))
+    if output_format == "json":
+        sys.stdout.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2).decode()
+                         + "\n")
+    else:
+        sys.stdout.write("".join(line + "\n" for line in render_text(result)))
+    if not result.verdict.in_sync:
+        raise typer.Exit(EXIT_DRIFT)
+
+
+@app.command()
+def status(
+    output_format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    since: Annotated[datetime | None, typer.Option(
+        help="count dead letters since (UTC unless it says); default: the last 24 hours")] = None,
+    config: ConfigOption = None,
+    log_level: LogLevel = None,
+) -> None:
+    """Each table's lag, freshness, dead letters, indices and consumers; exit codes like check."""
+    import time
+    from datetime import UTC
+
+    import orjson
+
+    from indexer.status import gather, render_text
+
+    cfg = _config(config, log_level)
+    if output_format not in ("text", "json"):
+        err.print("[red]--format is text or json[/red]")
+        raise typer.Exit(EXIT_ERROR)
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    since_ms = int((since.timestamp() if since else time.time() - DEFAULT_SINCE_S) * 1000)
+    result = _run(cfg, gather(cfg, since_ms))
+    redact = Redactor(cfg.secrets())
+    if output_format == "json":
+        sys.stdout.write(redact(orjson.dumps(result.as_json(),
+                                             option=orjson.OPT_INDENT_2).decode()) + "\n")
+    else:
+        sys.stdout.write("".join(redact(line) + "\n" for line in render_text(result)))
+    if result.problems:
+        raise typer.Exit(EXIT_DRIFT)
 
 
 @app.command()
@@ -204,7 +271,7 @@ def mappings_apply(
     from indexer.sink.search import SearchClient
 
     cfg = _config(config, log_level)
-    tables = [cfg.table(t) for t in table] if table else list(cfg.tables)
+    tables = [_table(cfg, t) for t in table] if table else list(cfg.tables)
 
     async def main() -> None:
         async with SearchClient(cfg.elasticsearch) as client:
@@ -230,7 +297,7 @@ def dlq_replay(
     from indexer.dlq import ReplayFilter, replay
 
     cfg = _config(config, log_level)
-    topics = frozenset(cfg.table(t).topic for t in table or [])
+    topics = frozenset(_table(cfg, t).topic for t in table or [])
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
     selection = ReplayFilter(topics=topics, kinds=frozenset(kind or []), since=since)
@@ -317,7 +384,17 @@ def _select(cfg: Config, tables: list[str] | None, all_tables: bool) -> list[Tab
     if all_tables == bool(tables):
         err.print("[red]name the tables or pass --all[/red]")
         raise typer.Exit(EXIT_ERROR)
-    return list(cfg.tables) if all_tables else [cfg.table(t) for t in tables or []]
+    if all_tables:
+        return list(cfg.tables)
+    return [_table(cfg, t) for t in tables or []]
+
+
+def _table(cfg: Config, name: str) -> TableConfig:
+    try:
+        return cfg.table(name)
+    except ConfigError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_ERROR) from None
 
 
 def _tune_gc() -> None:

@@ -50,6 +50,8 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 # Every command logs what it does (index created, alias swapped, retries) unless told otherwise.
 DEFAULT_LOG_LEVEL = "INFO"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# Kafka Connect's REST API answers in milliseconds; ten seconds means it is not answering.
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 # Retries of transient failures back off exponentially up to this ceiling, then keep trying.
 DEFAULT_MAX_BACKOFF_S = 30.0
 # SIGTERM gives the batch this long to finish before it is abandoned (never committed).
@@ -172,6 +174,28 @@ class MySQLSettings:
 
 
 @dataclass(frozen=True)
+class ConnectSettings:
+    """Kafka Connect's REST API, for the health of the connectors that feed the tables."""
+
+    url: str | None = None  # e.g. http://connect:8083; unset = not checked
+    connectors: tuple[str, ...] = ()  # the connectors to watch; empty = every one there
+    username: str | None = None  # basic auth, when the worker's REST API asks for it
+    password: Secret | None = None
+    ca_file: Path | None = None
+    verify_certs: bool = True
+    request_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """What `indexer check` and `indexer status` count as unhealthy beyond errors."""
+
+    # Newest event in the tables' topics (or Debezium's heartbeat topic) older than this is a
+    # stall: the connector stopped, or the database is idle and sends no heartbeats. 0 = off.
+    max_source_age_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class BatchSettings:
     max_events: int = DEFAULT_BATCH_EVENTS
     max_bytes: int = DEFAULT_BATCH_BYTES
@@ -226,6 +250,8 @@ class Config:
     elasticsearch: ElasticsearchSettings = ElasticsearchSettings()
     mysql: MySQLSettings = MySQLSettings()
     batch: BatchSettings = BatchSettings()
+    connect: ConnectSettings = ConnectSettings()
+    health: HealthSettings = HealthSettings()
     tombstone_retention_s: int = DEFAULT_TOMBSTONE_RETENTION_S
     metrics_port: int = DEFAULT_METRICS_PORT
     metrics_host: str = DEFAULT_METRICS_HOST
@@ -234,7 +260,7 @@ class Config:
 
     def secrets(self) -> Iterator[Secret]:
         """Every secret in the settings: what logs and error lines must never show."""
-        for section in (self.kafka, self.elasticsearch, self.mysql):
+        for section in (self.kafka, self.elasticsearch, self.mysql, self.connect):
             for f in fields(section):
                 value = getattr(section, f.name)
                 if isinstance(value, Secret):
@@ -279,7 +305,7 @@ def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
 
 def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
     known = {"kafka", "connector", "elasticsearch", "mysql", "batch", "deletes", "metrics",
-             "logging", "tables"}
+             "logging", "tables", "connect", "health"}
     for key in raw:
         if key not in known:
             raise ConfigError(f"unknown section [{key}]; known: {', '.join(sorted(known))}")
@@ -291,6 +317,11 @@ def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
     _check_kafka(kafka)
     mysql = _section(MySQLSettings, raw.get("mysql", {}), "mysql", base_dir)
     batch = _section(BatchSettings, raw.get("batch", {}), "batch", base_dir)
+    connect = _section(ConnectSettings, raw.get("connect", {}), "connect", base_dir)
+    _check_connect(connect)
+    health = _section(HealthSettings, raw.get("health", {}), "health", base_dir)
+    if health.max_source_age_s < 0:
+        raise ConfigError("health.max_source_age_s must be 0 (off) or more")
     for name in ("max_events", "max_bytes", "in_flight"):
         if getattr(batch, name) < 1:
             raise ConfigError(f"batch.{name} must be at least 1")
@@ -322,6 +353,8 @@ def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
         elasticsearch=elasticsearch,
         mysql=mysql,
         batch=batch,
+        connect=connect,
+        health=health,
         tombstone_retention_s=_int(deletes.get("tombstone_retention_s",
                                                DEFAULT_TOMBSTONE_RETENTION_S),
                                    "deletes.tombstone_retention_s"),
@@ -362,6 +395,21 @@ def _check_elasticsearch(es: ElasticsearchSettings) -> None:
                           "elasticsearch.hosts uses https://")
     if es.key_file is not None and es.cert_file is None:
         raise ConfigError("elasticsearch.key_file is set without elasticsearch.cert_file")
+
+
+def _check_connect(connect: ConnectSettings) -> None:
+    if connect.url is None:
+        set_ = [f.name for f in fields(connect) if f.name in ("connectors", "username", "ca_file")
+                and getattr(connect, f.name)]
+        if set_:
+            raise ConfigError(f"connect.{set_[0]} is set without connect.url")
+        return
+    parts = urlsplit(connect.url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"connect.url: {redact_url(connect.url)!r} is not an http:// or "
+                          "https:// URL")
+    if bool(connect.username) != bool(connect.password):
+        raise ConfigError("connect: set both username and password (or password_file)")
 
 
 def _check_kafka(kafka: KafkaSettings) -> None:

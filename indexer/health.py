@@ -8,7 +8,16 @@ from indexer.admin import alias_state
 from indexer.config import Config
 from indexer.sink.search import SearchClient, SearchError, SearchUnavailable, TransportError
 from indexer.sink.state import StateStore
+from indexer.source.connect import (
+    ConnectClient,
+    ConnectorState,
+    ConnectUnavailable,
+    connector_problems,
+)
 from indexer.source.kafka import KafkaUnavailable, client_security, probe
+from indexer.source.topics import TopicReader, age_s
+
+HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's heartbeat.topics.prefix default
 
 
 async def check_health(config: Config) -> list[str]:
@@ -53,4 +62,45 @@ async def check_health(config: Config) -> list[str]:
         problems.append(f"kafka: {type(exc).__name__}: {exc}")
     finally:
         await admin.close()
-    return problems
+    return problems + await connect_problems(config) + await stall_problems(config)
+
+
+async def connect_problems(config: Config) -> list[str]:
+    return (await connectors(config))[1]
+
+
+async def connectors(config: Config) -> tuple[list[ConnectorState], list[str]]:
+    """The watched connectors' states, and those not RUNNING as problems (with ``[connect]``
+    set; nothing without it)."""
+    settings = config.connect
+    if settings.url is None:
+        return [], []
+    try:
+        async with ConnectClient(settings) as connect:
+            states = await connect.states()
+    except ConnectUnavailable as exc:
+        return [], [str(exc)]
+    watched = [s for s in states if not settings.connectors or s.name in settings.connectors]
+    return watched, connector_problems(settings.url, states, settings.connectors)
+
+
+def heartbeat_topic(config: Config) -> str:
+    return f"{HEARTBEAT_PREFIX}.{config.connector.topic_prefix}"
+
+
+async def stall_problems(config: Config) -> list[str]:
+    """With ``health.max_source_age_s``: the newest event in the tables' topics (and
+    Debezium's heartbeat topic) is older than that. Seen without Kafka Connect's API."""
+    bound = config.health.max_source_age_s
+    if not bound:
+        return []
+    topics = [t.topic for t in config.tables] + [heartbeat_topic(config)]
+    async with TopicReader(config.kafka) as reader:
+        ages = [age_s(r) for topic in topics if (r := await reader.newest(topic)) is not None]
+    if ages and min(ages) <= bound:
+        return []
+    newest = f"is {min(ages):,.0f} s old" if ages else "does not exist"
+    return [f"no source event for longer than health.max_source_age_s ({bound:g} s): the "
+            f"newest event in the tables' topics and {heartbeat_topic(config)} {newest}. Is "
+            "the connector running (set [connect] to check it)? A quiet database looks the "
+            "same unless the connector sends heartbeats (heartbeat.interval.ms)"]

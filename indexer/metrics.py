@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -13,8 +14,10 @@ AGE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.registry = registry or CollectorRegistry()
+        self._clock = clock
         r = self.registry
         self.events = Counter("indexer_events", "Change events consumed", ["table", "op"],
                               registry=r)
@@ -52,9 +55,9 @@ class Metrics:
         """The newest source commit time written for a table: freshness is computed from it
         when scraped, so a stalled pipeline does not look fresh."""
         if table not in self._newest_s:
-            newest = self._newest_s
+            newest, clock = self._newest_s, self._clock
             self.freshness.labels(table).set_function(
-                lambda: max(0.0, time.time() - newest[table]))
+                lambda: max(0.0, clock() - newest[table]))
         self._newest_s[table] = max(self._newest_s.get(table, 0.0), ts_ms / 1000)
 
     def serve(self, host: str, port: int) -> None:

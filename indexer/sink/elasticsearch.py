@@ -29,7 +29,7 @@ from indexer.config import ElasticsearchSettings
 from indexer.documents import Write
 from indexer.mappings import sync_alias
 from indexer.metrics import Metrics
-from indexer.sink.search import SearchClient, SearchError, TransportError
+from indexer.sink.search import SearchClient, SearchError, TransportError, root_cause
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +200,11 @@ class ElasticsearchSink:
         exc = state.outcome.exception() if state.outcome else None
         reason = type(exc).__name__ if exc else "unknown"
         self._metrics.retries.labels(reason).inc()
-        log.warning("elasticsearch not available (%s: %s); retry %d in %.2fs", reason, exc,
-                    state.attempt_number, state.upcoming_sleep)
+        cause = root_cause(exc) if exc else None
+        detail = f" ({type(cause).__name__}: {cause})" if cause is not None and cause is not exc \
+            else ""
+        log.warning("elasticsearch not available (%s: %s%s); retry %d in %.2fs", reason, exc,
+                    detail, state.attempt_number, state.upcoming_sleep)
 
 
 def action_line(index: str, write: Write, version_type: str = "external") -> bytes:

@@ -259,7 +259,7 @@ class SearchClient:
         return ", ".join(redact_url(h) for h in self._settings.hosts)
 
     def _tls_problem(self, exc: TlsError) -> str:
-        cause = _root_cause(exc)
+        cause = root_cause(exc)
         text = str(cause)
         if "WRONG_VERSION_NUMBER" in text:
             return (f"search server {self._hosts()} does not speak TLS: use http:// in "
@@ -275,7 +275,7 @@ class SearchClient:
         return f"search server {self._hosts()}: TLS failed ({tls_reason(text)})"
 
     def _connection_problem(self, exc: ConnectionError) -> str:
-        cause = _root_cause(exc)
+        cause = root_cause(exc)
         if type(cause).__name__ == "ServerFingerprintMismatch":
             return (f"search server {self._hosts()}: its certificate's SHA-256 does not match "
                     "elasticsearch.fingerprint")
@@ -348,7 +348,7 @@ def _param(value: Any) -> str:
     return str(value)
 
 
-def _root_cause(exc: BaseException) -> BaseException:
+def root_cause(exc: BaseException) -> BaseException:
     """The innermost exception behind a transport error (what the TLS layer or the socket
     said); elastic-transport's own message is generic."""
     while (inner := exc.__cause__ or exc.__context__) is not None:

@@ -268,6 +268,24 @@ class RowReader:
         return f"SELECT JSON_ARRAY({array}) FROM {self.layout.qualified} {where} ORDER BY {order}"
 
 
+def ids_where(layout: TableLayout, ids: Sequence[str]) -> tuple[str, list[Any]]:
+    """A WHERE clause (and its parameters) selecting the rows behind these document ids."""
+    marks = ", ".join(["%s"] * len(ids))
+    if layout.integer_key:
+        return f"WHERE {_quote(layout.key[0].name)} IN ({marks})", [int(i) for i in ids]
+    # No index on the expression: a scan, fine for the few rows repaired or explained.
+    return f"WHERE {id_sql(layout)} IN ({marks})", list(ids)
+
+
+def rows_now(settings: MySQLSettings, layout: TableLayout,
+             ids: Sequence[str]) -> list[tuple[Row, Row]]:
+    """The rows behind a few document ids as they are now (no snapshot position)."""
+    reader = RowReader(layout)
+    where, args = ids_where(layout, ids)
+    return [reader.row(raw) for raw in _fetch_all(settings, layout.database,
+                                                  reader.select(where), args)]
+
+
 @dataclass(frozen=True)
 class SnapshotPosition:
     file: str
@@ -324,15 +342,7 @@ class Snapshot:
         """The rows behind these document ids, inside the snapshot (absent ids are skipped)."""
         found: list[tuple[Row, Row]] = []
         for start in range(0, len(ids), 1000):
-            part = list(ids[start:start + 1000])
-            marks = ", ".join(["%s"] * len(part))
-            if self.layout.integer_key:
-                where = f"WHERE {_quote(self.layout.key[0].name)} IN ({marks})"
-                args: list[Any] = [int(i) for i in part]
-            else:  # no index on the expression: a scan, fine for the few rows repaired
-                where = f"WHERE {id_sql(self.layout)} IN ({marks})"
-                args = part
-            for page in self.rows(where, args):
+            for page in self.rows(*ids_where(self.layout, ids[start:start + 1000])):
                 found += page
         return found
 

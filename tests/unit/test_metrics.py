@@ -1,6 +1,5 @@
 import pytest
 
-from indexer import metrics as metrics_module
 from indexer.metrics import Metrics
 
 
@@ -8,10 +7,9 @@ def freshness(m: Metrics, table: str) -> float | None:
     return m.registry.get_sample_value("indexer_freshness_seconds", {"table": table})
 
 
-def test_freshness_is_computed_when_scraped(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_freshness_is_computed_when_scraped() -> None:
     now = [1000.0]
-    monkeypatch.setattr(metrics_module.time, "time", lambda: now[0])
-    m = Metrics()
+    m = Metrics(clock=lambda: now[0])
     assert freshness(m, "db.t") is None  # nothing written yet: no sample, not a fake 0
     m.written_up_to("db.t", 999_700)
     assert freshness(m, "db.t") == pytest.approx(0.3)
@@ -22,8 +20,7 @@ def test_freshness_is_computed_when_scraped(monkeypatch: pytest.MonkeyPatch) -> 
     assert freshness(m, "db.t") == pytest.approx(0.1)
 
 
-def test_freshness_never_negative(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metrics_module.time, "time", lambda: 100.0)
-    m = Metrics()
+def test_freshness_never_negative() -> None:
+    m = Metrics(clock=lambda: 100.0)
     m.written_up_to("db.t", 105_000)  # source clock ahead of ours
     assert freshness(m, "db.t") == 0.0

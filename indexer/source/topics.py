@@ -1,0 +1,167 @@
+"""Read-only looks into Kafka for the operator's commands (status, explain, check): end and
+committed offsets, the consumer group's members, the newest record of a topic, a bounded
+backward scan of one partition, dead letters since a time. Nothing here joins the daemon's
+group or commits anything."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeAlias
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from indexer.config import KafkaSettings
+from indexer.source.kafka import client_security, probe
+
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
+# A fetch that brings nothing for this long means the range has been read.
+READ_WAIT_MS = 1000
+# Records fetched per step of a backward scan: one round trip covers a few hundred events.
+SCAN_STEP = 500
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    end: int
+    committed: int | None  # None: the group has never committed here
+
+    @property
+    def lag(self) -> int:
+        return self.end - (self.committed or 0)
+
+
+class TopicReader:
+    """An unassigned consumer (no group) plus an admin client, as one context manager."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._settings = settings
+        self._consumer: AIOKafkaConsumer | None = None
+        self._admin: AIOKafkaAdminClient | None = None
+
+    async def __aenter__(self) -> TopicReader:
+        s = self._settings
+        await probe(s)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-inspect",
+            group_id=None, enable_auto_commit=False, isolation_level="read_committed",
+            max_partition_fetch_bytes=s.max_partition_fetch_bytes,
+            fetch_max_bytes=s.fetch_max_bytes, **client_security(s))
+        await self._consumer.start()
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap_servers,
+                                          request_timeout_ms=10_000, **client_security(s))
+        await self._admin.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+        if self._admin is not None:
+            await self._admin.close()
+
+    @property
+    def consumer(self) -> AIOKafkaConsumer:
+        assert self._consumer is not None, "use the reader as an async context manager"
+        return self._consumer
+
+    @property
+    def admin(self) -> AIOKafkaAdminClient:
+        assert self._admin is not None, "use the reader as an async context manager"
+        return self._admin
+
+    async def partitions(self, topic: str) -> list[TopicPartition]:
+        """The topic's partitions; empty when it does not exist."""
+        (description,) = await self.admin.describe_topics([topic])
+        if description.get("error_code"):
+            return []
+        return sorted(TopicPartition(topic, int(p["partition"]))
+                      for p in description.get("partitions", []))
+
+    async def lag(self, group: str, topics: list[str]) -> list[PartitionLag]:
+        tps = [tp for topic in topics for tp in await self.partitions(topic)]
+        if not tps:
+            return []
+        ends = await self.consumer.end_offsets(tps)
+        committed = await self.admin.list_consumer_group_offsets(group, partitions=tps)
+        result = []
+        for tp in tps:
+            meta = committed.get(tp)
+            offset = meta.offset if meta is not None and meta.offset >= 0 else None
+            result.append(PartitionLag(tp.topic, tp.partition, ends[tp], offset))
+        return result
+
+    async def members(self, group: str) -> list[dict[str, Any]]:
+        """The group's members (client id and host): who is consuming right now."""
+        (response,) = await self.admin.describe_consumer_groups([group])
+        groups = response.to_object()["groups"]
+        return [{"client_id": m["client_id"], "host": m["client_host"]}
+                for g in groups for m in g.get("members", [])]
+
+    async def newest(self, topic: str) -> Record | None:
+        """The topic's newest record (by its timestamp, over all partitions)."""
+        newest: Record | None = None
+        for tp in await self.partitions(topic):
+            end = (await self.consumer.end_offsets([tp]))[tp]
+            begin = (await self.consumer.beginning_offsets([tp]))[tp]
+            if end <= begin:
+                continue
+            # The last offset may be a transaction marker: step back a few.
+            records = await self.read(tp, max(begin, end - 5), end)
+            if records and (newest is None or records[-1].timestamp > newest.timestamp):
+                newest = records[-1]
+        return newest
+
+    async def read(self, tp: TopicPartition, start: int, stop: int) -> list[Record]:
+        """Records with offsets in [start, stop) (fewer where compaction or transaction
+        markers left gaps)."""
+        consumer = self.consumer
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        records: list[Record] = []
+        while True:
+            fetched = await consumer.getmany(tp, timeout_ms=READ_WAIT_MS)
+            batch = fetched.get(tp, [])
+            records.extend(r for r in batch if r.offset < stop)
+            if not batch or batch[-1].offset >= stop - 1 or await consumer.position(tp) >= stop:
+                return records
+
+    async def scan_back(self, tp: TopicPartition, match: Callable[[Record], bool], *,
+                        limit: int, budget: int) -> tuple[list[Record], int]:
+        """The newest ``limit`` records that ``match`` (newest first), reading backwards from
+        the end of the partition over at most ``budget`` offsets; and the offsets covered."""
+        begin = (await self.consumer.beginning_offsets([tp]))[tp]
+        end = stop = (await self.consumer.end_offsets([tp]))[tp]
+        found: list[Record] = []
+        while stop > begin and end - stop < budget and len(found) < limit:
+            start = max(begin, stop - min(SCAN_STEP, budget - (end - stop)))
+            chunk = [r for r in await self.read(tp, start, stop) if match(r)]
+            found.extend(reversed(chunk))
+            stop = start
+        return found[:limit], end - stop
+
+    async def since(self, topic: str, since_ms: int | None,
+                    match: Callable[[Record], bool]) -> list[Record]:
+        """Every record of ``topic`` from ``since_ms`` (or its beginning) that ``match``."""
+        found: list[Record] = []
+        for tp in await self.partitions(topic):
+            end = (await self.consumer.end_offsets([tp]))[tp]
+            start = (await self.consumer.beginning_offsets([tp]))[tp]
+            if since_ms is not None:
+                at = (await self.consumer.offsets_for_times({tp: since_ms}))[tp]
+                start = at.offset if at is not None else end
+            if start < end:
+                found.extend(r for r in await self.read(tp, start, end) if match(r))
+        return found
+
+
+def age_s(record: Record, now: float | None = None) -> float:
+    """Seconds since the record's timestamp (its producer's, for Debezium the time the
+    connector sent it)."""
+    return max(0.0, (now if now is not None else time.time()) - int(record.timestamp) / 1000)
