@@ -48,12 +48,32 @@ def test_file_plus_environment(tmp_path: Path) -> None:
     ({"tables": [TABLE], "connector": {"decimal_handling_mode": "fast"}}, "decimal_handling"),
     ({"tables": [TABLE], "extra": {}}, r"unknown section \[extra\]"),
     ({"tables": [TABLE], "logging": {"level": "loud"}}, "logging.level: expected one of"),
+    ({"tables": [TABLE], "connect": {"connectors": ["cdc"]}}, "connect.connectors is set without"),
+    ({"tables": [TABLE], "connect": {"url": "connect:8083"}}, "connect.url: 'connect:8083' is not"),
+    ({"tables": [TABLE], "connect": {"url": "http://c:8083", "username": "u"}}, "set both"),
+    ({"tables": [TABLE], "health": {"max_source_age_s": -1}}, "health.max_source_age_s"),
     ({"tables": [TABLE], "logging": {"colour": "red"}}, "logging.colour: unknown"),
 ])
 def test_invalid_settings_name_the_setting(raw: dict[str, object], match: str,
                                            tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=match):
         build_config(raw, tmp_path)
+
+
+def test_connect_and_health_settings(tmp_path: Path) -> None:
+    secret = tmp_path / "connect.password"
+    secret.write_text("s3cret-connect\n")
+    config = build_config({"tables": [TABLE], "health": {"max_source_age_s": 300},
+                           "connect": {"url": "https://c:8083", "connectors": ["a", "b"],
+                                       "username": "u", "password_file": str(secret)}},
+                          tmp_path)
+    assert config.connect.connectors == ("a", "b") and config.health.max_source_age_s == 300
+    assert "s3cret-connect" in [s.reveal() for s in config.secrets()]
+    path = tmp_path / "c.toml"
+    path.write_text('[[tables]]\nname = "shop.items"\n')
+    env = load_config(path, {"INDEXER_CONNECT__URL": "http://c:8083",
+                             "INDEXER_CONNECT__CONNECTORS": "a,b"})
+    assert env.connect.connectors == ("a", "b")
 
 
 def test_one_log_level_rule_for_every_command(tmp_path: Path) -> None:
