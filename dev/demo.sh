@@ -30,6 +30,8 @@ cat <<MSG
   Delete a row:      mariadb -h127.0.0.1 -uindexer -pindexer demo -e "DELETE FROM products WHERE id = 2"
   Watch the metrics: curl -s localhost:9464/metrics | grep ^indexer_
   Health:            .venv/bin/indexer check --config examples/demo.toml
+  Where it stands:   .venv/bin/indexer status --config examples/demo.toml
+  One row, explained: .venv/bin/indexer explain products 1 --config examples/demo.toml
 
 The change shows up in the search within a second. Ctrl-C stops the daemon; dev/stack.sh down
 stops the servers.
