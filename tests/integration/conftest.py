@@ -11,6 +11,7 @@ import contextlib
 import os
 import time
 import tomllib
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ REPO = Path(__file__).parents[2]
 DATABASE = "indexer_test"
 TOPIC_PREFIX = "mysql"
 SENTINEL_ID = 987654321  # a key no test uses for its own rows
+CONNECT = f"http://127.0.0.1:{os.environ.get('CONNECT_PORT', '8083')}"  # Kafka Connect's REST
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
@@ -58,6 +60,16 @@ PROFILE = _profile()
 STACK = build_config({**PROFILE, "tables": [{"name": f"{DATABASE}.t"}]}, REPO)
 KAFKA = STACK.kafka.bootstrap_servers
 KAFKA_SECURITY = client_security(STACK.kafka)
+
+
+def rest(method: str, path: str, body: Any = None) -> Any:
+    """A call to the dev stack's Kafka Connect REST API, as an operator makes it."""
+    request = urllib.request.Request(f"{CONNECT}{path}", method=method,
+                                     data=orjson.dumps(body) if body is not None else None,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        text = answer.read()
+    return orjson.loads(text) if text else None
 
 
 def unique(prefix: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,10 @@ import pytest
 from indexer.sink.search import SearchClient
 from tests.integration.conftest import (
     COLUMNS,
+    CONNECT,
     expected_rows,
     live_index,
+    rest,
     running,
     sql,
     unique,
@@ -27,17 +28,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.test_cli import indexer
 
-CONNECT = f"http://127.0.0.1:{os.environ.get('CONNECT_PORT', '8083')}"
 CONNECTOR = os.environ.get("CONNECTOR_NAME", "indexer-mariadb")
-
-
-def connect(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    request = urllib.request.Request(
-        f"{CONNECT}{path}", method=method, headers={"Content-Type": "application/json"},
-        data=orjson.dumps(body) if body is not None else None)
-    with urllib.request.urlopen(request, timeout=30) as response:
-        text = response.read()
-    return orjson.loads(text) if text else None
 
 
 def indexable(db: Any, table: str, refused: str) -> dict[str, dict[str, Any]]:
@@ -209,7 +200,7 @@ async def test_check_sees_a_failed_connector_and_a_stall(
     # A second connector whose transform cannot handle the first change: its task FAILS for
     # good, as Debezium's does on a message larger than its producer's max.request.size.
     name = unique("it-broken")
-    base = connect("GET", f"/connectors/{CONNECTOR}/config")
+    base = rest("GET", f"/connectors/{CONNECTOR}/config")
     config = {**base, "name": name, "topic.prefix": unique("broken"),
               "database.server.id": str(200_000 + secrets.randbelow(100_000)),
               "snapshot.mode": "no_data", "heartbeat.interval.ms": "0",
@@ -218,7 +209,7 @@ async def test_check_sees_a_failed_connector_and_a_stall(
               "transforms.cast.type": "org.apache.kafka.connect.transforms.Cast$Value",
               "transforms.cast.spec": "op:int32"}
     try:
-        connect("PUT", f"/connectors/{name}/config", config)
+        rest("PUT", f"/connectors/{name}/config", config)
         await wait_until(lambda: asyncio.to_thread(_running, name), 60, "connector running")
         await asyncio.sleep(2)  # past its start-up read of the binlog position
 
@@ -238,7 +229,7 @@ async def test_check_sees_a_failed_connector_and_a_stall(
         assert any(c["name"] == name and c["tasks"][0]["state"] == "FAILED"
                    for c in orjson.loads(status.stdout)["connectors"])
     finally:
-        connect("DELETE", f"/connectors/{name}")
+        rest("DELETE", f"/connectors/{name}")
 
     # Without Connect's API: the newest event (table topics, Debezium's heartbeats) bounds it.
     make_config(table.entry(), file=config_file, health={"max_source_age_s": 600})
@@ -255,7 +246,7 @@ async def test_check_sees_a_failed_connector_and_a_stall(
 
 def _state(name: str) -> dict[str, Any]:
     try:
-        return connect("GET", f"/connectors/{name}/status")  # type: ignore[no-any-return]
+        return rest("GET", f"/connectors/{name}/status")  # type: ignore[no-any-return]
     except OSError:
         return {}
 

@@ -217,3 +217,22 @@ async def test_a_reindex_with_mysql_8s_locked_snapshot_position_loses_no_write(
         assert await writer > 20
         assert result.written + result.stale == result.rows == result.read
         await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
+
+
+async def test_the_tombstone_progress_counts_what_the_summary_reports(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 2600)
+    sql(db, f"DELETE FROM `{table.name}` WHERE id <= 2500")  # more than one copy batch
+    config = make_config(table.entry())
+    seen: list[tuple[int, int]] = []
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "tombstones":
+            seen.append((done, total))
+
+    async with caught_up(db, es, table, config):
+        result = await reindex(config, config.tables[0], progress=progress)
+    assert result.tombstones == 2500
+    assert seen[0] == (0, 2500) and seen[-1] == (2500, 2500)
+    assert all(total == 2500 for _, total in seen)

@@ -17,7 +17,6 @@ import random
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from tests.integration.conftest import (
     KAFKA,
     REPO,
     expected_rows,
+    rest,
     running,
     sql,
     unique,
@@ -46,7 +46,6 @@ from tests.integration.conftest import (
 )
 from tests.integration.test_cli import indexer
 
-CONNECT = f"http://127.0.0.1:{os.environ.get('CONNECT_PORT', '8083')}"
 PRIMARY = int(os.environ.get("FAILOVER_PRIMARY_PORT", "3307"))
 REPLICA = int(os.environ.get("FAILOVER_REPLICA_PORT", "3308"))
 DATABASE = "failover"
@@ -81,15 +80,6 @@ def pair() -> Iterator[None]:
         yield
     finally:
         stack("down", "failover-replica", "failover-primary")
-
-
-def rest(method: str, path: str, body: Any = None) -> Any:
-    request = urllib.request.Request(f"{CONNECT}{path}", method=method,
-                                     data=orjson.dumps(body) if body is not None else None,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as answer:
-        text = answer.read()
-    return orjson.loads(text) if text else None
 
 
 class Connector:
