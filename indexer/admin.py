@@ -4,12 +4,14 @@ find what stands behind the aliases, purge old tombstones."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, replace
 
 import orjson
 
 from indexer.config import Config, TableConfig
 from indexer.documents import META_FIELD
+from indexer.field_types import SERVERS, Capabilities
 from indexer.mappings import (
     IndexDefinition,
     alias_actions_for_new,
@@ -17,7 +19,7 @@ from indexer.mappings import (
     new_index_name,
     sync_alias,
 )
-from indexer.sink.search import SearchClient
+from indexer.sink.search import SearchClient, SearchError
 from indexer.sink.servers import adapt_mappings
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,31 @@ async def ensure_table_index(client: SearchClient, config: Config,
                            "indexer; reindex into a new index or delete it")
     await create_index(client, definition_for(config, table), live=True)
     return await alias_state(client, table.alias)
+
+
+async def field_capabilities(client: SearchClient, alias: str) -> Capabilities:
+    """Which optional field types this server has (builds and distributions differ): each is
+    tried on a throwaway index named after the table (``<alias>-probe-*``), then deleted."""
+    server = client.server
+    assert server is not None
+    full = SERVERS[("es" if server.distribution == "elasticsearch" else "opensearch")
+                   + str(server.version[0])]
+    found: dict[str, bool] = {}
+    for field_type, extra in (("unsigned_long", {}), ("scaled_float", {"scaling_factor": 100})):
+        name = f"{alias}-probe-{secrets.token_hex(4)}"
+        try:
+            await client.create_index(name, {
+                "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}},
+                "mappings": {"properties": {"f": {"type": field_type, **extra}}}})
+        except SearchError as exc:
+            if exc.status != 400:
+                raise
+            found[field_type] = False
+            continue
+        found[field_type] = True
+        await client.delete_index(name)
+    return replace(full, name=f"{full.name} (this server)",
+                   unsigned_long=found["unsigned_long"], scaled_float=found["scaled_float"])
 
 
 async def purge_tombstones(client: SearchClient, alias: str, older_than_ms: int) -> int:

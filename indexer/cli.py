@@ -246,18 +246,90 @@ def reconcile(
 
 
 @mappings_app.command("validate")
-def mappings_validate(config: ConfigOption = None) -> None:
-    """Check every table's mapping file without touching Elasticsearch."""
+def mappings_validate(
+    files_only: Annotated[bool, typer.Option("--files-only", help="check the files, not the "
+                                             "tables in MySQL")] = False,
+    config: ConfigOption = None,
+    log_level: LogLevel = None,
+) -> None:
+    """Check every table's mapping file, and each mapping against the live table: every
+    column whose values it would refuse or lose. Exit 0 fits, 1 would refuse or lose, 2 error."""
     from indexer.admin import definition_for
+    from indexer.documents import DocumentBuilder
+    from indexer.field_types import check
+    from indexer.source import mysql
 
-    cfg = _config(config, None)
-    try:
-        for table in cfg.tables:
+    cfg = _config(config, log_level)
+    failed = False
+    for table in cfg.tables:
+        try:
             definition = definition_for(cfg, table)
+        except MappingError as exc:
+            err.print(f"[red]invalid mapping:[/red] {escape(str(exc))}")
+            raise typer.Exit(EXIT_ERROR) from exc
+        if files_only:
             err.print(f"{table.name}: {definition.source} ok")
-    except MappingError as exc:
-        err.print(f"[red]invalid mapping:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_ERROR) from exc
+            continue
+        layout = _run(cfg, asyncio.to_thread(mysql.read_layout, cfg.mysql, table.database,
+                                             table.table))
+        names = DocumentBuilder(table).field_names(c.name for c in layout.columns)
+        problems, notes = check(layout.columns, names, definition.mappings)
+        for note in notes:
+            err.print(f"{table.name}: note: {escape(note)}")
+        for problem in problems:
+            err.print(f"[red]{table.name}:[/red] {escape(problem)}")
+        failed = failed or bool(problems)
+        err.print(f"{table.name}: {definition.source} "
+                  + ("[red]refuses or loses values[/red]" if problems else "fits the table"))
+    if failed:
+        raise typer.Exit(EXIT_DRIFT)
+
+
+@mappings_app.command("generate")
+def mappings_generate(
+    tables: TablesArg = None,
+    all_tables: AllTables = False,
+    server: Annotated[str | None, typer.Option(help="es9, es8, opensearch2 or opensearch3; "
+                                               "default: ask the configured server")] = None,
+    write: Annotated[bool, typer.Option("--write", help="write mappings/<mapping> instead of "
+                                        "printing it")] = False,
+    config: ConfigOption = None,
+    log_level: LogLevel = None,
+) -> None:
+    """A mapping for each table from its columns in MySQL (include/exclude/rename applied)."""
+    import orjson
+
+    from indexer.admin import field_capabilities
+    from indexer.documents import DocumentBuilder
+    from indexer.field_types import SERVERS, Capabilities, generate
+    from indexer.sink.search import SearchClient
+    from indexer.source import mysql
+
+    cfg = _config(config, log_level)
+    selected = _select(cfg, tables, all_tables)
+    if server is not None and server not in SERVERS:
+        err.print(f"[red]--server is one of {', '.join(SERVERS)}[/red]")
+        raise typer.Exit(EXIT_ERROR)
+
+    async def capabilities() -> Capabilities:
+        if server is not None:
+            return SERVERS[server]
+        async with SearchClient(cfg.elasticsearch) as client:
+            return await field_capabilities(client, selected[0].alias)
+
+    caps = _run(cfg, capabilities())
+    for table in selected:
+        layout = _run(cfg, asyncio.to_thread(mysql.read_layout, cfg.mysql, table.database,
+                                             table.table))
+        names = DocumentBuilder(table).field_names(c.name for c in layout.columns)
+        text = orjson.dumps(generate(layout.columns, names, caps),
+                            option=orjson.OPT_INDENT_2).decode() + "\n"
+        if write:
+            path = cfg.elasticsearch.mappings_dir / table.mapping
+            path.write_text(text, encoding="utf-8")
+            err.print(f"{table.name}: wrote {path} for {caps.name}")
+        else:
+            sys.stdout.write(text)
 
 
 @mappings_app.command("apply")

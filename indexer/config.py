@@ -297,10 +297,39 @@ def _apply_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
         if not name.startswith("INDEXER_") or "__" not in name:
             continue
         section, _, key = name.removeprefix("INDEXER_").lower().partition("__")
+        if section == "tables":
+            _apply_table_environment(raw, name, key, value)
+            continue
         target = raw.setdefault(section, {})
         if not isinstance(target, dict):
             raise ConfigError(f"{name}: [{section}] is not a section")
         target[key] = value
+
+
+def _env_name(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "_", text.lower())
+
+
+def _apply_table_environment(raw: dict[str, Any], name: str, key: str, value: str) -> None:
+    """``INDEXER_TABLES__<table or alias>__<setting>``: a setting of one configured table
+    (names compared lowercase, with anything but letters and digits as '_')."""
+    table, _, setting = key.rpartition("__")
+    entries = raw.get("tables")
+    matches = [e for e in entries or [] if isinstance(e, dict) and table in {
+        _env_name(str(e.get("name", ""))), _env_name(str(e.get("name", "")).split(".")[-1]),
+        _env_name(str(e.get("alias", "")))}]
+    if not table or len(matches) != 1:
+        found = "no" if not matches else "more than one"
+        raise ConfigError(f"{name}: {found} configured table is named {table!r} (write "
+                          "INDEXER_TABLES__<table or alias>__<setting>)")
+    if setting in ("rename", "column_types"):
+        try:
+            parsed = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"{name}: expected a JSON object: {exc}") from exc
+        matches[0][setting] = parsed
+    else:
+        matches[0][setting] = value
 
 
 def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
@@ -493,6 +522,12 @@ def _check_unique(tables: tuple[TableConfig, ...]) -> None:
 
 
 def _names(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):  # from the environment: JSON, or comma-separated
+        try:
+            value = _coerce(value, tuple[str, ...], Path())
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+        value = list(value)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: expected a list of column names")
     for v in value:

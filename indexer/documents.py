@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -159,6 +159,10 @@ class DocumentBuilder:
 
     def includes(self, column: str) -> bool:
         return not ((self._include and column not in self._include) or column in self._exclude)
+
+    def field_names(self, columns: Iterable[str]) -> dict[str, str]:
+        """column -> document field, for the columns the documents hold."""
+        return {c: self._rename.get(c, c) for c in columns if self.includes(c)}
 
     def document(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
         if self._identity:

@@ -284,8 +284,7 @@ class EnvelopeDecoder:
         envelope, plan = self._envelope(value)
         op = envelope.op
         if op not in OPS:
-            raise DecodeError("unsupported-op", f"op {op!r} is not one of c, u, r, d "
-                              "(a TRUNCATE needs `indexer reindex`)")
+            raise _unsupported(op)
         before, after = envelope.before, envelope.after
         if (op == "d" and before is None) or (op != "d" and after is None):
             raise DecodeError("undecodable", f"op {op!r} without its row image")
@@ -348,6 +347,16 @@ class EnvelopeDecoder:
         ):
             return message["payload"], plans.plan(message["schema"])
         return message, self._schemaless_plan
+
+
+def _unsupported(op: str | None) -> DecodeError:
+    if op is None:
+        return DecodeError("undecodable", "not a Debezium envelope: no `op`, and no `payload` "
+                           "holding one")
+    if op == "t":
+        return DecodeError("unsupported-op", "a TRUNCATE (op 't') cannot be applied row by row: "
+                           "run `indexer reindex`")
+    return DecodeError("unsupported-op", f"op {op!r} is not one of c, u, r, d")
 
 
 def plan_for(schema: Any, row_schema: Callable[[dict[str, Any]], dict[str, Any]]) -> RowPlan:

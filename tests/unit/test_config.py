@@ -122,6 +122,25 @@ def test_list_settings_from_the_environment_as_json_or_commas(tmp_path: Path) ->
         assert config.elasticsearch.verify_certs is False
 
 
+def test_table_settings_from_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[[tables]]\nname = "shop.items"\n[[tables]]\nname = "shop.user_log"\n'
+                    'alias = "user-log"\n')
+    for value in ('["a", "b"]', "a, b"):
+        config = load_config(path, {"INDEXER_TABLES__ITEMS__INCLUDE": value,
+                                    "INDEXER_TABLES__USER_LOG__EXCLUDE": value,
+                                    "INDEXER_TABLES__SHOP_ITEMS__RENAME": '{"a": "title"}'})
+        items, log = config.tables
+        assert items.include == ("a", "b") and log.exclude == ("a", "b")
+        assert items.rename == {"a": "title"}
+    with pytest.raises(ConfigError, match="INDEXER_TABLES__NOPE__INCLUDE: no configured table"):
+        load_config(path, {"INDEXER_TABLES__NOPE__INCLUDE": "a"})
+    with pytest.raises(ConfigError, match=r"tables\[shop.items\].include: not a JSON list"):
+        load_config(path, {"INDEXER_TABLES__ITEMS__INCLUDE": "[a"})
+    with pytest.raises(ConfigError, match="plain MySQL identifier"):
+        load_config(path, {"INDEXER_TABLES__ITEMS__EXCLUDE": "a b"})
+
+
 def test_metrics_listen_on_loopback_unless_told(tmp_path: Path) -> None:
     assert build_config({"tables": [TABLE]}, tmp_path).metrics_host == "127.0.0.1"
     opened = build_config({"tables": [TABLE], "metrics": {"host": "0.0.0.0"}}, tmp_path)
