@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import secrets
 from dataclasses import dataclass, replace
+from typing import Any
 
 import orjson
 
@@ -19,6 +20,7 @@ from indexer.mappings import (
     new_index_name,
     sync_alias,
 )
+from indexer.sink.elasticsearch import MISSED_META
 from indexer.sink.search import SearchClient, SearchError
 from indexer.sink.servers import adapt_mappings
 
@@ -76,6 +78,14 @@ async def ensure_table_index(client: SearchClient, config: Config,
                            "indexer; reindex into a new index or delete it")
     await create_index(client, definition_for(config, table), live=True)
     return await alias_state(client, table.alias)
+
+
+async def missed_writes(client: SearchClient, index: str) -> dict[str, Any] | None:
+    """When and why a non-live index refused a write the live one took (None: it has not)."""
+    found = await client.request("GET", f"/{index}/_mapping")
+    meta = (found.get(index, {}).get("mappings", {}).get("_meta") or {})
+    mark = meta.get(MISSED_META)
+    return mark if isinstance(mark, dict) else None
 
 
 async def field_capabilities(client: SearchClient, alias: str) -> Capabilities:

@@ -167,6 +167,8 @@ def reindex(
                                            "previous index instead")] = False,
     delete_old: Annotated[bool, typer.Option("--delete-old", help="delete every index of the "
                                              "table but the live one")] = False,
+    force: Annotated[bool, typer.Option("--force", help="--rollback even to an index that "
+                                        "refused writes since the swap")] = False,
     config: ConfigOption = None,
     log_level: LogLevel = None,
 ) -> None:
@@ -179,7 +181,7 @@ def reindex(
     _tune_gc()
     for table in selected:
         if rollback:
-            current, previous = _run(cfg, rebuild.rollback(cfg, table))
+            current, previous = _run(cfg, rebuild.rollback(cfg, table, force=force))
             err.print(f"{table.name}: alias {table.alias} -> {previous} (was {current})")
         elif delete_old:
             deleted = _run(cfg, rebuild.delete_old(cfg, table))

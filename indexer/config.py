@@ -1,7 +1,8 @@
 """Typed settings, built once at the edge from a TOML file plus environment overrides.
 
 Environment variables override file values as ``INDEXER_<SECTION>__<KEY>``, for example
-``INDEXER_ELASTICSEARCH__HOSTS=http://es:9200`` or ``INDEXER_KAFKA__GROUP_ID=indexer-blue``.
+``INDEXER_ELASTICSEARCH__HOSTS=http://es:9200`` or ``INDEXER_KAFKA__GROUP_ID=indexer-blue``;
+a table's as ``INDEXER_TABLES__<table or alias>__<KEY>``.
 Every problem names the setting it comes from.
 """
 

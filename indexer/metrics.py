@@ -30,6 +30,10 @@ class Metrics:
                                      "topic", ["table", "kind"], registry=r)
         self.skipped = Counter("indexer_skipped", "Debezium tombstones acknowledged", ["table"],
                                registry=r)
+        self.kept_index_rejected = Counter(
+            "indexer_kept_index_rejected", "Writes refused by an index that is not live (kept "
+            "for rollback, or being rebuilt) while the live index was asked to take them",
+            ["index"], registry=r)
         self.retries = Counter("indexer_retries", "Bulk retries of transient failures",
                                ["reason"], registry=r)
         self.bulk_seconds = Histogram("indexer_bulk_seconds", "Bulk request latency",

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from indexer.admin import alias_state, create_index, definition_for
+from indexer.admin import alias_state, create_index, definition_for, missed_writes
 from indexer.config import Config, TableConfig
 from indexer.documents import (
     META_FIELD,
@@ -97,6 +97,11 @@ async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
             await client.refresh(index)
             progress("refresh", 1, 1)
             progress("swap", 0, 1)
+            missed = await missed_writes(client, index)
+            if missed:
+                raise ReindexError(f"{index} refused changes the live index took while it was "
+                                   f"built ({missed.get('reason')}); the live alias is "
+                                   "unchanged: fix the mapping and reindex again")
             await client.update_aliases(swap_actions(table.alias, index, before.live))
             result.replaced = before.live
             progress("swap", 1, 1)
@@ -239,8 +244,10 @@ async def _abandon(client: SearchClient, alias: str, index: str) -> None:
               index, alias)
 
 
-async def rollback(config: Config, table: TableConfig) -> tuple[str, str]:
-    """Points the read alias back at the newest older index (kept current by the daemon)."""
+async def rollback(config: Config, table: TableConfig, *,
+                   force: bool = False) -> tuple[str, str]:
+    """Points the read alias back at the newest older index (kept current by the daemon),
+    unless it refused writes since the swap (``force`` rolls back all the same)."""
     async with ElasticsearchSink(config.elasticsearch, Metrics(), max_backoff_s=1) as sink:
         state = await alias_state(sink.client, table.alias)
         if len(state.live) != 1:
@@ -250,6 +257,12 @@ async def rollback(config: Config, table: TableConfig) -> tuple[str, str]:
         if not older:
             raise ReindexError(f"no older index behind {sync_alias(table.alias)} to roll back to")
         previous = older[-1]
+        missed = await missed_writes(sink.client, previous)
+        if missed and not force:
+            raise ReindexError(f"{previous} refused writes the live index took (since "
+                               f"{missed.get('since')}: {missed.get('reason')}); rolling back "
+                               "to it would serve those rows stale: repair it after a "
+                               "rollback with --force and `indexer reconcile --repair`")
         await sink.client.update_aliases(swap_actions(table.alias, previous, [current]))
         return current, previous
 

@@ -12,6 +12,7 @@ import functools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from time import perf_counter
 from types import TracebackType
 from typing import Any
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 BULK_FILTER = "errors,items.*.status,items.*.error.type,items.*.error.reason"
 # Statuses that say "not now": retried until they pass, never dead-lettered.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# Where a non-live index's mapping records that it refused writes the live one took.
+MISSED_META = "indexer_missed_writes"
 # A 500 for one item may be permanent; it gets this many tries before the dead-letter topic.
 MAX_SERVER_ERROR_ATTEMPTS = 8
 
@@ -76,6 +79,7 @@ class _Round:
 
     lines: list[tuple[Op, str]] = field(default_factory=list)
     parts: list[bytes] = field(default_factory=list)
+    missed: dict[str, tuple[str, str]] = field(default_factory=dict)  # index -> (id, reason)
 
 
 class ElasticsearchSink:
@@ -85,6 +89,8 @@ class ElasticsearchSink:
         self._metrics = metrics
         self._max_backoff_s = max_backoff_s
         self._client: SearchClient | None = None
+        self._live: dict[str, set[str]] = {}  # alias -> the indices behind it, last seen
+        self._marked: set[str] = set()  # indices marked as having missed writes
 
     async def __aenter__(self) -> ElasticsearchSink:
         client = SearchClient(self._settings)
@@ -102,14 +108,20 @@ class ElasticsearchSink:
         return self._client
 
     async def resolve(self, aliases: Iterable[str]) -> dict[str, list[str]]:
-        """alias -> the concrete indices behind its sync alias (possibly none)."""
+        """alias -> the concrete indices behind its sync alias (possibly none). Also notes
+        which of them are live (behind the read alias): only their answers decide an op."""
         wanted = {sync_alias(a): a for a in aliases}
         targets: dict[str, list[str]] = {a: [] for a in wanted.values()}
         if not wanted:
             return targets
-        for index, names in (await self.client.aliases(wanted)).items():
+        live: dict[str, set[str]] = {a: set() for a in wanted.values()}
+        for index, names in (await self.client.aliases([*wanted, *live])).items():
             for name in names:
-                targets[wanted[name]].append(index)
+                if name in wanted:
+                    targets[wanted[name]].append(index)
+                else:
+                    live[name].add(index)
+        self._live.update(live)
         for indices in targets.values():
             indices.sort()
         return targets
@@ -157,7 +169,10 @@ class ElasticsearchSink:
             raise
         finally:
             self._metrics.bulk_seconds.observe(perf_counter() - started)
-        return self._settle(round_, response)
+        pending = self._settle(round_, response)
+        if round_.missed:
+            await self._mark_missed(round_.missed)
+        return pending
 
     def _settle(self, round_: _Round, body: dict[str, Any]) -> list[Op]:
         """Applies item results; returns the ops that must be sent again."""
@@ -170,6 +185,7 @@ class ElasticsearchSink:
             return []
         retry: dict[int, Op] = {}
         written: dict[int, bool] = {}
+        refused_elsewhere: list[tuple[str, Op, str]] = []
         for (op, index), item in zip(round_.lines, items, strict=True):
             (result,) = item.values()
             status = int(result.get("status", 0))
@@ -186,15 +202,42 @@ class ElasticsearchSink:
             elif status >= 500 and op.server_errors < MAX_SERVER_ERROR_ATTEMPTS:
                 op.server_errors += 1
                 retry[id(op)] = op
+            elif op.index is None and not self._is_live(op, index) and self._has_live(op, round_):
+                # A kept or rebuilding index refused what the live one is asked too: the
+                # live answer decides; this index is marked as having missed a write.
+                refused_elsewhere.append((index, op, f"{kind}: {reason}"))
             else:
                 op.outcome = Outcome.FAILED
                 op.error_kind, op.error_reason = kind, f"{index}: {reason}"
         for op, _ in round_.lines:
             if op.outcome is None and id(op) not in retry:
                 op.outcome = Outcome.WRITTEN if written.get(id(op)) else Outcome.STALE
+        for index, op, why in refused_elsewhere:  # missed only what the live index took
+            if op.outcome is not Outcome.FAILED and id(op) not in retry:
+                round_.missed.setdefault(index, (op.write.id, why))
         if retry:
             self._metrics.retries.labels("item").inc(len(retry))
         return list(retry.values())
+
+    def _is_live(self, op: Op, index: str) -> bool:
+        return index in self._live.get(op.alias, ())
+
+    def _has_live(self, op: Op, round_: _Round) -> bool:
+        return any(o is op and self._is_live(op, i) for o, i in round_.lines)
+
+    async def _mark_missed(self, missed: dict[str, tuple[str, str]]) -> None:
+        """Counts and logs writes a non-live index refused, and marks the index (its
+        mapping's ``_meta``) so that `reindex --rollback` and the swap can tell."""
+        for index, (doc_id, reason) in missed.items():
+            self._metrics.kept_index_rejected.labels(index).inc()
+            if index in self._marked:
+                continue
+            log.warning("%s (not live) refused document %s that the live index is asked to "
+                        "take: %s; it is marked as having missed writes (`reindex --rollback` "
+                        "to it needs --force)", index, doc_id, reason)
+            await self.client.request("PUT", f"/{index}/_mapping", {"_meta": {MISSED_META: {
+                "since": datetime.now(UTC).isoformat(timespec="seconds"), "reason": reason}}})
+            self._marked.add(index)
 
     def _before_sleep(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None

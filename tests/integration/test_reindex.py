@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from indexer.config import ConnectorSettings
 from indexer.documents import DocumentBuilder
 from indexer.events import EnvelopeDecoder
-from indexer.reindex import delete_old, reindex, rollback
+from indexer.reindex import ReindexError, delete_old, reindex, rollback
 from indexer.sink.search import SearchClient
 from indexer.source import mysql
 from tests.integration.conftest import (
@@ -35,7 +36,9 @@ from tests.integration.conftest import (
     synced_indices,
     unique,
     wait_for_documents,
+    wait_for_topic,
 )
+from tests.integration.test_failures import DaemonProcess
 from tests.integration.test_types import COLUMNS as TYPE_COLUMNS
 from tests.integration.test_types import MAPPING as TYPE_MAPPING
 from tests.integration.test_types import insert_every_type
@@ -236,3 +239,63 @@ async def test_the_tombstone_progress_counts_what_the_summary_reports(
     assert result.tombstones == 2500
     assert seen[0] == (0, 2500) and seen[-1] == (2500, 2500)
     assert all(total == 2500 for _, total in seen)
+
+
+def qty_mapping(qty_type: str) -> dict[str, Any]:
+    return {"settings": {"index": {"number_of_replicas": 0}},
+            "mappings": {"properties": {"qty": {"type": qty_type}}}}
+
+
+async def test_after_a_reindex_only_the_live_index_decides(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, tmp_path: Path) -> None:
+    table = make_table(COLUMNS, qty_mapping("byte"))
+    insert_rows(db, table.name, 1, 3)
+    config = make_config(table.entry())
+    async with caught_up(db, es, table, config) as daemon:
+        old = await live_index(es, table.alias)
+        # The column widened in the mapping: the new index takes what the old one refuses.
+        (tmp_path / f"{table.alias}.json").write_bytes(orjson.dumps(qty_mapping("integer")))
+        result = await reindex(config, config.tables[0])
+        sql(db, f"UPDATE `{table.name}` SET qty = 1000 WHERE id = 2")
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        assert await live_index(es, table.alias) == result.index
+        registry = daemon.metrics.registry
+        name = table.entry()["name"]
+        assert registry.get_sample_value("indexer_dead_lettered_total",
+                                         {"table": name, "kind": "document_parsing_exception"}
+                                         ) is None
+        assert registry.get_sample_value("indexer_kept_index_rejected_total",
+                                         {"index": old}) == 1.0
+    with pytest.raises(ReindexError, match=f"{old} refused writes the live index took"):
+        await rollback(config, config.tables[0])
+    current, previous = await rollback(config, config.tables[0], force=True)
+    assert (current, previous) == (result.index, old)
+
+
+async def test_a_swap_waits_for_no_index_that_missed_changes(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, tmp_path: Path) -> None:
+    table = make_table(COLUMNS, qty_mapping("integer"))
+    insert_rows(db, table.name, 1, 3)
+    config_file = tmp_path / "indexer.toml"
+    config = make_config(table.entry(), file=config_file)
+    await wait_for_topic(table.topic)
+    daemon = DaemonProcess(config_file, tmp_path / "daemon.log")
+    try:
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        old = await live_index(es, table.alias)
+        # Narrowed: the index being built refuses a change the live one takes.
+        (tmp_path / f"{table.alias}.json").write_bytes(orjson.dumps(qty_mapping("byte")))
+
+        def meanwhile(phase: str, done: int, total: int) -> None:
+            if phase == "refresh" and not done:
+                sql(db, f"UPDATE `{table.name}` SET qty = 1000 WHERE id = 2")
+                time.sleep(5)  # the daemon (its own process) writes it to both indices
+
+        with pytest.raises(ReindexError, match="refused changes the live index took"):
+            await reindex(config, config.tables[0], progress=meanwhile)
+        assert await live_index(es, table.alias) == old
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    finally:
+        daemon.proc.terminate()
+        daemon.proc.wait(30)
+        daemon.close()

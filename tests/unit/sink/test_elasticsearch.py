@@ -75,3 +75,28 @@ def test_a_clean_bulk_marks_every_op_written_without_reading_items() -> None:
     batch = ops(3)
     assert sink()._settle(round_of(batch), {"errors": False, "items": [item(201)] * 3}) == []
     assert all(op.outcome is Outcome.WRITTEN for op in batch)
+
+
+def test_only_the_live_index_decides_an_ops_fate() -> None:
+    s = sink()
+    s._live = {"a": {"a-v2"}}  # a-v1 is kept for rollback, a-v2 is live
+    batch = ops(3)
+    refused = item(400, "document_parsing_exception", "failed to parse field [n]")
+    round_ = round_of(batch, ("a-v1", "a-v2"))
+    retry = s._settle(round_, {"items": [refused, item(201),  # kept refuses, live takes
+                                         refused, refused,  # both refuse
+                                         item(201), refused]})  # live refuses
+    assert retry == []
+    assert [op.outcome for op in batch] == [Outcome.WRITTEN, Outcome.FAILED, Outcome.FAILED]
+    assert batch[1].error_reason.startswith("a-v2: ")  # the live index's answer
+    # Marked as missed: what the live index took, not what both refused.
+    assert round_.missed == {"a-v1": ("0", "document_parsing_exception: failed to parse "
+                                           "field [n]")}
+    both = ops(1)
+    round_ = round_of(both, ("a-v1", "a-v2"))
+    s._settle(round_, {"items": [refused, refused]})
+    assert both[0].outcome is Outcome.FAILED and round_.missed == {}
+    # Without a live index known (no read alias), every index's refusal counts.
+    lone = ops(1)
+    sink()._settle(round_of(lone, ("a-v1", "a-v2")), {"items": [refused, item(201)]})
+    assert lone[0].outcome is Outcome.FAILED
