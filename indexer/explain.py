@@ -158,6 +158,9 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
     builder = DocumentBuilder(table, config.mysql.server)
     layout = await asyncio.to_thread(mysql.read_layout, config.mysql, table.database,
                                      table.table)
+    if layout.integer_key and not doc_id.removeprefix("-").isdigit():
+        raise LookupError(f"{doc_id!r} cannot be a key of {table.name}: its primary key "
+                          f"{layout.key[0].name} is an integer")
     rows = await asyncio.to_thread(mysql.rows_now, config.mysql, layout, [doc_id])
     row = _json(dict(builder.document(rows[0][1]))) if rows else None
     registry = Registry()

@@ -302,6 +302,9 @@ async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
                                 **client_security(settings))
     await admin.start()
     try:
+        # Described by name, a missing topic would be created where brokers auto-create.
+        if topic not in await admin.list_topics():
+            return []
         (description,) = await admin.describe_topics([topic])
     finally:
         await admin.close()

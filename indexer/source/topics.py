@@ -77,7 +77,10 @@ class TopicReader:
         return self._admin
 
     async def partitions(self, topic: str) -> list[TopicPartition]:
-        """The topic's partitions; empty when it does not exist."""
+        """The topic's partitions; empty when it does not exist. Asking for a topic by name
+        would create it on brokers that auto-create topics: only listed ones are described."""
+        if topic not in await self.admin.list_topics():
+            return []
         (description,) = await self.admin.describe_topics([topic])
         if description.get("error_code"):
             return []

@@ -120,6 +120,8 @@ async def test_explain_in_sync_stale_missing_deleted_dead_lettered_and_waiting(
 
     unknown = await indexer("explain", "nope", "1", "-c", str(config_file))
     assert unknown.returncode == 2 and "unknown table 'nope'" in unknown.stderr
+    wrong = await indexer("explain", name, "x1", "-c", str(config_file))
+    assert wrong.returncode == 2 and "primary key id is an integer" in wrong.stderr
 
 
 @pytest.mark.servers
