@@ -65,7 +65,7 @@ async def test_validate_names_each_column_a_mapping_would_refuse_or_lose(
     make_config(table.entry(), file=config_file)
     result = await indexer("mappings", "validate", "-c", str(config_file))
     assert result.returncode == 1, result.stderr
-    lines = [x for x in result.stderr.splitlines() if x.startswith(table.name + ": ")]
+    lines = [x for x in result.stderr.splitlines() if x.startswith(table.entry()["name"] + ": ")]
     for column, says in (("price", "float refuses a DOUBLE"), ("big", "long holds"),
                          ("at", "date_nanos refuses years outside 1970-2262"),
                          ("note", "no field, and dynamic is strict")):

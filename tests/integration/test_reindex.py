@@ -37,6 +37,7 @@ from tests.integration.conftest import (
     unique,
     wait_for_documents,
     wait_for_topic,
+    wait_until,
 )
 from tests.integration.test_failures import DaemonProcess
 from tests.integration.test_types import COLUMNS as TYPE_COLUMNS
@@ -185,7 +186,11 @@ async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
         live = await live_index(es, alias)
         proc = await asyncio.create_subprocess_exec(*command, cwd=REPO,
                                                     stderr=asyncio.subprocess.PIPE)
-        await asyncio.sleep(4)
+
+        async def building() -> bool:  # interrupted during the load, however fast it is
+            return len(await es.indices(f"{alias}-v*")) == 2
+        await wait_until(building, 60, "the second index", interval=0.05)
+        await asyncio.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         _, stderr = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode != 0
