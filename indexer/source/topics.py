@@ -6,7 +6,8 @@ group or commits anything."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeAlias
@@ -19,10 +20,11 @@ from indexer.config import KafkaSettings
 from indexer.source.kafka import client_security, probe
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
+# One partition is read at a time: a megabyte per fetch keeps a scan's memory small (a
+# larger record still comes whole: the broker sends the first batch whatever its size).
+INSPECT_FETCH_BYTES = 1024 * 1024
 # A fetch that brings nothing for this long means the range has been read.
 READ_WAIT_MS = 1000
-# Records fetched per step of a backward scan: one round trip covers a few hundred events.
-SCAN_STEP = 500
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,8 @@ class TopicReader:
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap_servers, client_id=f"{s.client_id}-inspect",
             group_id=None, enable_auto_commit=False, isolation_level="read_committed",
-            max_partition_fetch_bytes=s.max_partition_fetch_bytes,
-            fetch_max_bytes=s.fetch_max_bytes, **client_security(s))
+            max_partition_fetch_bytes=INSPECT_FETCH_BYTES, fetch_max_bytes=INSPECT_FETCH_BYTES,
+            **client_security(s))
         await self._consumer.start()
         self._admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap_servers,
                                           request_timeout_ms=10_000, **client_security(s))
@@ -124,30 +126,35 @@ class TopicReader:
     async def read(self, tp: TopicPartition, start: int, stop: int) -> list[Record]:
         """Records with offsets in [start, stop) (fewer where compaction or transaction
         markers left gaps)."""
+        return [r async for batch in self.batches(tp, start, stop) for r in batch]
+
+    async def batches(self, tp: TopicPartition, start: int,
+                      stop: int) -> AsyncIterator[list[Record]]:
+        """The records with offsets in [start, stop), fetch by fetch: one pass forward."""
         consumer = self.consumer
         consumer.assign([tp])
         consumer.seek(tp, start)
-        records: list[Record] = []
         while True:
             fetched = await consumer.getmany(tp, timeout_ms=READ_WAIT_MS)
             batch = fetched.get(tp, [])
-            records.extend(r for r in batch if r.offset < stop)
-            if not batch or batch[-1].offset >= stop - 1 or await consumer.position(tp) >= stop:
-                return records
+            if not batch:
+                return
+            yield [r for r in batch if r.offset < stop] if batch[-1].offset >= stop else batch
+            if batch[-1].offset >= stop - 1 or await consumer.position(tp) >= stop:
+                return
 
     async def scan_back(self, tp: TopicPartition, match: Callable[[Record], bool], *,
                         limit: int, budget: int) -> tuple[list[Record], int]:
-        """The newest ``limit`` records that ``match`` (newest first), reading backwards from
-        the end of the partition over at most ``budget`` offsets; and the offsets covered."""
+        """The newest ``limit`` records that ``match`` (newest first) among the last
+        ``budget`` offsets of the partition, and the offsets covered. Read forward in one
+        pass: each fetch brings megabytes, so stepping backwards would read them many times."""
         begin = (await self.consumer.beginning_offsets([tp]))[tp]
-        end = stop = (await self.consumer.end_offsets([tp]))[tp]
-        found: list[Record] = []
-        while stop > begin and end - stop < budget and len(found) < limit:
-            start = max(begin, stop - min(SCAN_STEP, budget - (end - stop)))
-            chunk = [r for r in await self.read(tp, start, stop) if match(r)]
-            found.extend(reversed(chunk))
-            stop = start
-        return found[:limit], end - stop
+        end = (await self.consumer.end_offsets([tp]))[tp]
+        start = max(begin, end - budget)
+        found: deque[Record] = deque(maxlen=limit)
+        async for batch in self.batches(tp, start, end):
+            found.extend(r for r in batch if match(r))
+        return list(reversed(found)), end - start
 
     async def since(self, topic: str, since_ms: int | None,
                     match: Callable[[Record], bool]) -> list[Record]:
