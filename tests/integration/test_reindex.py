@@ -184,8 +184,11 @@ async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
         first = await asyncio.to_thread(subprocess.run, command, cwd=REPO, capture_output=True)
         assert first.returncode == 0, first.stderr.decode()
         live = await live_index(es, alias)
-        proc = await asyncio.create_subprocess_exec(*command, cwd=REPO,
-                                                    stderr=asyncio.subprocess.PIPE)
+        # As from a terminal: a shell without job control (CI) starts background commands with
+        # SIGINT ignored, and they would inherit that.
+        proc = await asyncio.create_subprocess_exec(
+            *command, cwd=REPO, stderr=asyncio.subprocess.PIPE,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
         async def building() -> bool:  # interrupted during the load, however fast it is
             return len(await es.indices(f"{alias}-v*")) == 2
