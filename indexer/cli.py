@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import datetime
@@ -479,11 +480,27 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLD, 20, 100)
 
 
+async def _stoppable(coro: Coroutine[object, object, T]) -> T:
+    """Runs ``coro`` as a task that SIGTERM cancels, as Ctrl-C does: a supervisor's stop gets
+    the same clean ending (a reindex takes its half-built index out of the sync alias). The
+    daemon installs its own handlers over this one."""
+    task = asyncio.ensure_future(coro)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await task
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
 def _run(cfg: Config, coro: Coroutine[object, object, T]) -> T:
     """Runs a command's coroutine; an error is one line (secrets masked) and exit 2."""
     redact = Redactor(cfg.secrets())
     try:
-        return asyncio.run(coro)
+        return asyncio.run(_stoppable(coro))
+    except asyncio.CancelledError:
+        err.print("[red]stopped[/red] (SIGTERM)")
+        raise typer.Exit(EXIT_ERROR) from None
     except (ConfigError, MappingError, ReindexError, LookupError) as exc:
         err.print(f"[red]error:[/red] {escape(redact(str(exc)))}")
         raise typer.Exit(EXIT_ERROR) from None

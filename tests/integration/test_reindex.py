@@ -167,8 +167,9 @@ async def wait_until_three(es: SearchClient, alias: str) -> None:
     raise AssertionError("the three rows never arrived")
 
 
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
-        es: SearchClient, make_config: Any, tmp_path: Path) -> None:
+        es: SearchClient, make_config: Any, tmp_path: Path, stop: signal.Signals) -> None:
     table = unique("interrupted")
     alias = table.replace("_", "-")
     db = mysql_connect()
@@ -194,7 +195,7 @@ async def test_ctrl_c_leaves_the_live_alias_and_names_the_half_built_index(
             return len(await es.indices(f"{alias}-v*")) == 2
         await wait_until(building, 60, "the second index", interval=0.05)
         await asyncio.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         _, stderr = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode != 0
         assert await live_index(es, alias) == live
