@@ -100,7 +100,8 @@ async def stall_problems(config: Config) -> list[str]:
     if ages and min(ages) <= bound:
         return []
     newest = f"is {min(ages):,.0f} s old" if ages else "does not exist"
+    hint = "" if config.connect.url else " (set [connect] to check it)"
     return [f"no source event for longer than health.max_source_age_s ({bound:g} s): the "
             f"newest event in the tables' topics and {heartbeat_topic(config)} {newest}. Is "
-            "the connector running (set [connect] to check it)? A quiet database looks the "
-            "same unless the connector sends heartbeats (heartbeat.interval.ms)"]
+            f"the connector running{hint}? A quiet database looks the same unless the "
+            "connector sends heartbeats (heartbeat.interval.ms, heartbeat.action.query)"]
