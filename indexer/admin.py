@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -20,11 +22,13 @@ from indexer.mappings import (
     new_index_name,
     sync_alias,
 )
-from indexer.sink.elasticsearch import MISSED_META
 from indexer.sink.search import SearchClient, SearchError
 from indexer.sink.servers import adapt_mappings
 
 log = logging.getLogger(__name__)
+
+# Where a non-live index's mapping records that it refused writes the live one took.
+MISSED_META = "indexer_missed_writes"
 
 PURGE_BATCH = 2000
 
@@ -41,14 +45,20 @@ class AliasState:
 
 
 async def alias_state(client: SearchClient, alias: str) -> AliasState:
-    live: list[str] = []
-    synced: list[str] = []
-    for index, names in (await client.aliases([alias, sync_alias(alias)])).items():
-        if alias in names:
-            live.append(index)
-        if sync_alias(alias) in names:
-            synced.append(index)
-    return AliasState(alias, sorted(live), sorted(synced))
+    return (await alias_states(client, [alias]))[alias]
+
+
+async def alias_states(client: SearchClient, aliases: Iterable[str]) -> dict[str, AliasState]:
+    """What stands behind each table alias and its sync alias, in one request."""
+    live: dict[str, list[str]] = {a: [] for a in aliases}
+    synced: dict[str, list[str]] = {sync_alias(a): [] for a in live}
+    for index, names in (await client.aliases([*live, *synced])).items():
+        for name in names:
+            if name in live:
+                live[name].append(index)
+            if name in synced:
+                synced[name].append(index)
+    return {a: AliasState(a, sorted(live[a]), sorted(synced[sync_alias(a)])) for a in live}
 
 
 async def create_index(client: SearchClient, definition: IndexDefinition, *,
@@ -78,6 +88,13 @@ async def ensure_table_index(client: SearchClient, config: Config,
                            "indexer; reindex into a new index or delete it")
     await create_index(client, definition_for(config, table), live=True)
     return await alias_state(client, table.alias)
+
+
+async def mark_missed_writes(client: SearchClient, index: str, reason: str) -> None:
+    """Records in the index's mapping ``_meta`` that it refused a write the live index took,
+    so that `reindex --rollback` and the swap can tell."""
+    await client.request("PUT", f"/{index}/_mapping", {"_meta": {MISSED_META: {
+        "since": datetime.now(UTC).isoformat(timespec="seconds"), "reason": reason}}})
 
 
 async def missed_writes(client: SearchClient, index: str) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from indexer.mappings import MappingError
 from indexer.reindex import ReindexError
 from indexer.security import Redactor
 from indexer.sources import Registry
+
+if TYPE_CHECKING:
+    from indexer.source.mysql import Column
 
 app = typer.Typer(help="Keeps Elasticsearch in sync with MySQL/MariaDB via Debezium.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -106,21 +109,13 @@ def explain(
 ) -> None:
     """Why the index shows what it shows for one row: MySQL, every index, the key's events
     and dead letters, and the fix. Exit 0 in sync, 1 differs, 2 error."""
-    import orjson
-
     from indexer.explain import explain as explain_row
     from indexer.explain import render_text
 
     cfg = _config(config, log_level)
-    if output_format not in ("text", "json"):
-        err.print("[red]--format is text or json[/red]")
-        raise typer.Exit(EXIT_ERROR)
+    _check_format(output_format, ("text", "json"))
     result = _run(cfg, explain_row(cfg, _table(cfg, table), key, scan_budget=scan))
-    if output_format == "json":
-        sys.stdout.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2).decode()
-                         + "\n")
-    else:
-        sys.stdout.write("".join(line + "\n" for line in render_text(result)))
+    _emit(cfg, output_format, result.as_json, lambda: render_text(result))
     if not result.verdict.in_sync:
         raise typer.Exit(EXIT_DRIFT)
 
@@ -137,24 +132,15 @@ def status(
     import time
     from datetime import UTC
 
-    import orjson
-
     from indexer.status import gather, render_text
 
     cfg = _config(config, log_level)
-    if output_format not in ("text", "json"):
-        err.print("[red]--format is text or json[/red]")
-        raise typer.Exit(EXIT_ERROR)
+    _check_format(output_format, ("text", "json"))
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
     since_ms = int((since.timestamp() if since else time.time() - DEFAULT_SINCE_S) * 1000)
     result = _run(cfg, gather(cfg, since_ms))
-    redact = Redactor(cfg.secrets())
-    if output_format == "json":
-        sys.stdout.write(redact(orjson.dumps(result.as_json(),
-                                             option=orjson.OPT_INDENT_2).decode()) + "\n")
-    else:
-        sys.stdout.write("".join(redact(line) + "\n" for line in render_text(result)))
+    _emit(cfg, output_format, result.as_json, lambda: render_text(result))
     if result.problems:
         raise typer.Exit(EXIT_DRIFT)
 
@@ -222,9 +208,7 @@ def reconcile(
     from indexer.report import html, terminal
 
     cfg = _config(config, log_level)
-    if output_format not in ("text", "json", "html"):
-        err.print("[red]--format is text, json or html[/red]")
-        raise typer.Exit(EXIT_ERROR)
+    _check_format(output_format, ("text", "json", "html"))
     selected = _select(cfg, tables, all_tables)
     reports = []
     for table in selected:
@@ -258,9 +242,7 @@ def mappings_validate(
     """Check every table's mapping file, and each mapping against the live table: every
     column whose values it would refuse or lose. Exit 0 fits, 1 would refuse or lose, 2 error."""
     from indexer.admin import definition_for
-    from indexer.documents import DocumentBuilder
     from indexer.field_types import check
-    from indexer.source import mysql
 
     cfg = _config(config, log_level)
     failed = False
@@ -273,10 +255,8 @@ def mappings_validate(
         if files_only:
             err.print(f"{table.name}: {definition.source} ok")
             continue
-        layout = _run(cfg, asyncio.to_thread(mysql.read_layout, cfg.mysql, table.database,
-                                             table.table))
-        names = DocumentBuilder(table).field_names(c.name for c in layout.columns)
-        problems, notes = check(layout.columns, names, definition.mappings)
+        columns, names = _columns(cfg, table)
+        problems, notes = check(columns, names, definition.mappings)
         for note in notes:
             err.print(f"{table.name}: note: {escape(note)}")
         for problem in problems:
@@ -303,10 +283,8 @@ def mappings_generate(
     import orjson
 
     from indexer.admin import field_capabilities
-    from indexer.documents import DocumentBuilder
     from indexer.field_types import SERVERS, Capabilities, generate
     from indexer.sink.search import SearchClient
-    from indexer.source import mysql
 
     cfg = _config(config, log_level)
     selected = _select(cfg, tables, all_tables)
@@ -322,10 +300,7 @@ def mappings_generate(
 
     caps = _run(cfg, capabilities())
     for table in selected:
-        layout = _run(cfg, asyncio.to_thread(mysql.read_layout, cfg.mysql, table.database,
-                                             table.table))
-        names = DocumentBuilder(table).field_names(c.name for c in layout.columns)
-        text = orjson.dumps(generate(layout.columns, names, caps),
+        text = orjson.dumps(generate(*_columns(cfg, table), caps),
                             option=orjson.OPT_INDENT_2).decode() + "\n"
         if write:
             path = cfg.elasticsearch.mappings_dir / table.mapping
@@ -452,6 +427,35 @@ def _each_registry(config: Path | None, log_level: str | None, tables: list[str]
                     act(t, await state.load(t.alias))
 
     _run(cfg, main())
+
+
+def _columns(cfg: Config, table: TableConfig) -> tuple[tuple[Column, ...], dict[str, str]]:
+    """The table's columns in MySQL, and column -> document field for those indexed."""
+    from indexer.documents import DocumentBuilder
+    from indexer.source import mysql
+
+    layout = _run(cfg, asyncio.to_thread(mysql.read_layout, cfg.mysql, table.database,
+                                         table.table))
+    return layout.columns, DocumentBuilder(table).field_names(c.name for c in layout.columns)
+
+
+def _check_format(output_format: str, allowed: tuple[str, ...]) -> None:
+    if output_format not in allowed:
+        err.print(f"[red]--format is {', '.join(allowed[:-1])} or {allowed[-1]}[/red]")
+        raise typer.Exit(EXIT_ERROR)
+
+
+def _emit(cfg: Config, output_format: str, as_json: Callable[[], dict[str, Any]],
+          text: Callable[[], list[str]]) -> None:
+    """A report on stdout, as indented JSON or as lines; secrets masked either way."""
+    import orjson
+
+    redact = Redactor(cfg.secrets())
+    if output_format == "json":
+        sys.stdout.write(redact(orjson.dumps(as_json(), option=orjson.OPT_INDENT_2).decode())
+                         + "\n")
+    else:
+        sys.stdout.write("".join(redact(line) + "\n" for line in text()))
 
 
 def _select(cfg: Config, tables: list[str] | None, all_tables: bool) -> list[TableConfig]:

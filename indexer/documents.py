@@ -60,10 +60,7 @@ def pack_binlog_version(file: str, pos: int, row: int, epoch: Epoch = EPOCH_ZERO
     there take a later ``epoch``, whose versions are all above the earlier ones'
     (:mod:`indexer.sources` notices the switch and records the epoch).
     """
-    try:
-        number = binlog_file_number(file)
-    except SourceError as exc:
-        raise VersionError(str(exc)) from exc
+    number = file_number(file)
     if epoch.number:
         number = epoch.field(number)
     if not 0 < number <= MAX_FILE:

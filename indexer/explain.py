@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -25,7 +24,7 @@ from indexer.events import DecodeError, EnvelopeDecoder
 from indexer.sink.search import SearchClient
 from indexer.sink.state import StateStore
 from indexer.source import mysql
-from indexer.source.topics import Record, TopicReader
+from indexer.source.topics import Record, TopicReader, iso_time
 from indexer.sources import Epoch, Registry, partition_key
 
 EVENTS_SHOWN = 5  # the key's most recent events listed
@@ -232,14 +231,14 @@ async def _events(reader: TopicReader, config: Config, table: TableConfig,
 def _event(record: Record, committed: bool, decoder: EnvelopeDecoder,
            builder: DocumentBuilder, registry: Registry) -> Event:
     event = Event(record.topic, record.partition, record.offset, committed,
-                  _iso(int(record.timestamp)), "?", None, None)
+                  iso_time(int(record.timestamp)), "?", None, None)
     try:
         change = decoder.decode(record.key, record.value)
         if change is None:
             event.op = "tombstone (Debezium's, after a delete)"
             return event
         event.op = change.op
-        event.commit_time = _iso(change.position.ts_ms)
+        event.commit_time = iso_time(change.position.ts_ms)
         epoch = registry.epoch_at(partition_key(record.topic, record.partition), record.offset)
         event.version = builder.write_for_change(change, epoch).version
     except DecodeError as exc:
@@ -264,10 +263,6 @@ async def _letters(reader: TopicReader, config: Config, table: TableConfig,
             found.append(Letter(record.offset, letter.kind, letter.reason, letter.failed_at,
                                 letter.offset))
     return sorted(found, key=lambda x: x.failed_at, reverse=True)
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def render_text(e: Explanation) -> list[str]:

@@ -18,7 +18,7 @@ from aiokafka.structs import ConsumerRecord
 
 from indexer.config import TableConfig
 from indexer.dlq import REPLAY_HEADER
-from indexer.documents import VersionError
+from indexer.documents import file_number
 from indexer.events import Position
 from indexer.metrics import Metrics
 from indexer.sink.search import SearchError, TransportError
@@ -28,9 +28,7 @@ from indexer.sources import (
     Cursor,
     Epoch,
     Registry,
-    SourceError,
     Switch,
-    binlog_file_number,
     observe_fast,
     partition_key,
 )
@@ -101,10 +99,7 @@ class Follower:
             self._last = (registry, key, cursor)
         offset = record.offset
         if offset > cursor.offset:
-            try:
-                number = binlog_file_number(position.file)
-            except SourceError as exc:
-                raise VersionError(str(exc)) from exc
+            number = file_number(position.file)
             pos, row = position.pos, position.row
             if cursor.offset >= 0 and (number, pos, row) < (cursor.file, cursor.pos, cursor.row):
                 switch = observe_fast(cursor, offset, number, pos, row, position.ts_ms,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka.structs import TopicPartition
@@ -24,7 +23,7 @@ from indexer.events import DecodeError, EnvelopeDecoder
 from indexer.health import connectors, stall_problems
 from indexer.sink.search import SearchClient
 from indexer.sink.state import StateStore
-from indexer.source.topics import PartitionLag, Record, TopicReader
+from indexer.source.topics import PartitionLag, Record, TopicReader, iso_time
 
 
 @dataclass
@@ -117,13 +116,15 @@ async def gather(config: Config, since_ms: int | None) -> Status:
             lags = await reader.lag(group, [table.topic])
             tables[table.topic].partitions = [
                 await _partition(reader, config, table, lag) for lag in lags]
-        letters = await reader.since(config.kafka.dead_letter_topic, since_ms, lambda r: True)
-    for record in letters:
-        letter = DeadLetter.from_headers(record.headers)
-        if letter is not None and letter.topic in tables:
-            kinds = tables[letter.topic].dead_letters
-            kinds[letter.kind] = kinds.get(letter.kind, 0) + 1
-    result = Status(group, consumers, _iso(since_ms) if since_ms else None, list(tables.values()))
+        # Counted fetch by fetch: a dead letter keeps its message, which may be megabytes.
+        async for batch in reader.since(config.kafka.dead_letter_topic, since_ms):
+            for record in batch:
+                letter = DeadLetter.from_headers(record.headers)
+                if letter is not None and letter.topic in tables:
+                    kinds = tables[letter.topic].dead_letters
+                    kinds[letter.kind] = kinds.get(letter.kind, 0) + 1
+    result = Status(group, consumers, iso_time(since_ms) if since_ms else None,
+                    list(tables.values()))
     for status in result.tables:
         result.problems.extend(table_problems(status, len(consumers)))
     states, problems = await connectors(config)
@@ -145,7 +146,7 @@ async def _partition(reader: TopicReader, config: Config, table: TableConfig,
     for record in reversed(done):
         ts = _source_ms(decoder, record)
         if ts:
-            status.indexed_up_to = _iso(ts)
+            status.indexed_up_to = iso_time(ts)
             break
     if lag.lag:
         waiting = await reader.read(tp, lag.committed, min(lag.end, lag.committed + 5))
@@ -161,10 +162,6 @@ def _source_ms(decoder: EnvelopeDecoder, record: Record) -> int | None:
     except DecodeError:
         return None
     return change.position.ts_ms if change is not None else None
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def render_text(status: Status) -> list[str]:

@@ -12,7 +12,6 @@ import functools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from time import perf_counter
 from types import TracebackType
 from typing import Any
@@ -26,6 +25,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from indexer.admin import alias_states, mark_missed_writes
 from indexer.config import ElasticsearchSettings
 from indexer.documents import Write
 from indexer.mappings import sync_alias
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 BULK_FILTER = "errors,items.*.status,items.*.error.type,items.*.error.reason"
 # Statuses that say "not now": retried until they pass, never dead-lettered.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-# Where a non-live index's mapping records that it refused writes the live one took.
-MISSED_META = "indexer_missed_writes"
 # A 500 for one item may be permanent; it gets this many tries before the dead-letter topic.
 MAX_SERVER_ERROR_ATTEMPTS = 8
 
@@ -89,7 +87,8 @@ class ElasticsearchSink:
         self._metrics = metrics
         self._max_backoff_s = max_backoff_s
         self._client: SearchClient | None = None
-        self._live: dict[str, set[str]] = {}  # alias -> the indices behind it, last seen
+        # alias -> its live indices among those it writes to, as last resolved
+        self._live: dict[str, set[str]] = {}
         self._marked: set[str] = set()  # indices marked as having missed writes
 
     async def __aenter__(self) -> ElasticsearchSink:
@@ -110,21 +109,13 @@ class ElasticsearchSink:
     async def resolve(self, aliases: Iterable[str]) -> dict[str, list[str]]:
         """alias -> the concrete indices behind its sync alias (possibly none). Also notes
         which of them are live (behind the read alias): only their answers decide an op."""
-        wanted = {sync_alias(a): a for a in aliases}
-        targets: dict[str, list[str]] = {a: [] for a in wanted.values()}
+        wanted = set(aliases)
         if not wanted:
-            return targets
-        live: dict[str, set[str]] = {a: set() for a in wanted.values()}
-        for index, names in (await self.client.aliases([*wanted, *live])).items():
-            for name in names:
-                if name in wanted:
-                    targets[wanted[name]].append(index)
-                else:
-                    live[name].add(index)
-        self._live.update(live)
-        for indices in targets.values():
-            indices.sort()
-        return targets
+            return {}
+        states = await alias_states(self.client, wanted)
+        for alias, state in states.items():
+            self._live[alias] = set(state.live) & set(state.synced)
+        return {alias: state.synced for alias, state in states.items()}
 
     async def write(self, ops: Sequence[Op]) -> None:
         """Writes every op until each is WRITTEN, STALE or FAILED (permanently).
@@ -202,7 +193,7 @@ class ElasticsearchSink:
             elif status >= 500 and op.server_errors < MAX_SERVER_ERROR_ATTEMPTS:
                 op.server_errors += 1
                 retry[id(op)] = op
-            elif op.index is None and not self._is_live(op, index) and self._has_live(op, round_):
+            elif op.index is None and self._not_live(op.alias, index):
                 # A kept or rebuilding index refused what the live one is asked too: the
                 # live answer decides; this index is marked as having missed a write.
                 refused_elsewhere.append((index, op, f"{kind}: {reason}"))
@@ -219,11 +210,10 @@ class ElasticsearchSink:
             self._metrics.retries.labels("item").inc(len(retry))
         return list(retry.values())
 
-    def _is_live(self, op: Op, index: str) -> bool:
-        return index in self._live.get(op.alias, ())
-
-    def _has_live(self, op: Op, round_: _Round) -> bool:
-        return any(o is op and self._is_live(op, i) for o, i in round_.lines)
+    def _not_live(self, alias: str, index: str) -> bool:
+        """The index is not live while the alias has a live index the op also goes to."""
+        live = self._live.get(alias, set())
+        return bool(live) and index not in live
 
     async def _mark_missed(self, missed: dict[str, tuple[str, str]]) -> None:
         """Counts and logs writes a non-live index refused, and marks the index (its
@@ -235,8 +225,7 @@ class ElasticsearchSink:
             log.warning("%s (not live) refused document %s that the live index is asked to "
                         "take: %s; it is marked as having missed writes (`reindex --rollback` "
                         "to it needs --force)", index, doc_id, reason)
-            await self.client.request("PUT", f"/{index}/_mapping", {"_meta": {MISSED_META: {
-                "since": datetime.now(UTC).isoformat(timespec="seconds"), "reason": reason}}})
+            await mark_missed_writes(self.client, index, reason)
             self._marked.add(index)
 
     def _before_sleep(self, state: RetryCallState) -> None:

@@ -302,10 +302,17 @@ async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
                                 **client_security(settings))
     await admin.start()
     try:
-        # Described by name, a missing topic would be created where brokers auto-create.
-        if topic not in await admin.list_topics():
-            return []
-        (description,) = await admin.describe_topics([topic])
+        return await partition_numbers(admin, topic)
     finally:
         await admin.close()
+
+
+async def partition_numbers(admin: AIOKafkaAdminClient, topic: str) -> list[int]:
+    """The partition numbers of a topic; empty when it does not exist. Asked for by name, a
+    missing topic would be created where brokers auto-create topics: only listed ones are."""
+    if topic not in await admin.list_topics():
+        return []
+    (description,) = await admin.describe_topics([topic])
+    if description.get("error_code"):
+        return []
     return sorted(int(p["partition"]) for p in description.get("partitions", []))

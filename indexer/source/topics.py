@@ -9,6 +9,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TypeAlias
 
@@ -17,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.config import KafkaSettings
-from indexer.source.kafka import client_security, probe
+from indexer.source.kafka import client_security, partition_numbers, probe
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 # One partition is read at a time: a megabyte per fetch keeps a scan's memory small (a
@@ -79,15 +80,13 @@ class TopicReader:
         return self._admin
 
     async def partitions(self, topic: str) -> list[TopicPartition]:
-        """The topic's partitions; empty when it does not exist. Asking for a topic by name
-        would create it on brokers that auto-create topics: only listed ones are described."""
-        if topic not in await self.admin.list_topics():
-            return []
-        (description,) = await self.admin.describe_topics([topic])
-        if description.get("error_code"):
-            return []
-        return sorted(TopicPartition(topic, int(p["partition"]))
-                      for p in description.get("partitions", []))
+        """The topic's partitions; empty when it does not exist."""
+        return [TopicPartition(topic, p) for p in await partition_numbers(self.admin, topic)]
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        """(first offset kept, next offset to be written)."""
+        begin = (await self.consumer.beginning_offsets([tp]))[tp]
+        return begin, (await self.consumer.end_offsets([tp]))[tp]
 
     async def lag(self, group: str, topics: list[str]) -> list[PartitionLag]:
         tps = [tp for topic in topics for tp in await self.partitions(topic)]
@@ -113,14 +112,10 @@ class TopicReader:
         """The topic's newest record (by its timestamp, over all partitions)."""
         newest: Record | None = None
         for tp in await self.partitions(topic):
-            end = (await self.consumer.end_offsets([tp]))[tp]
-            begin = (await self.consumer.beginning_offsets([tp]))[tp]
-            if end <= begin:
-                continue
-            # The last offset may be a transaction marker: step back a few.
-            records = await self.read(tp, max(begin, end - 5), end)
-            if records and (newest is None or records[-1].timestamp > newest.timestamp):
-                newest = records[-1]
+            # The last offsets may be transaction markers: a few are looked at.
+            last, _ = await self.scan_back(tp, lambda r: True, limit=1, budget=5)
+            if last and (newest is None or last[0].timestamp > newest.timestamp):
+                newest = last[0]
         return newest
 
     async def read(self, tp: TopicPartition, start: int, stop: int) -> list[Record]:
@@ -148,27 +143,28 @@ class TopicReader:
         """The newest ``limit`` records that ``match`` (newest first) among the last
         ``budget`` offsets of the partition, and the offsets covered. Read forward in one
         pass: each fetch brings megabytes, so stepping backwards would read them many times."""
-        begin = (await self.consumer.beginning_offsets([tp]))[tp]
-        end = (await self.consumer.end_offsets([tp]))[tp]
+        begin, end = await self.bounds(tp)
         start = max(begin, end - budget)
         found: deque[Record] = deque(maxlen=limit)
         async for batch in self.batches(tp, start, end):
             found.extend(r for r in batch if match(r))
         return list(reversed(found)), end - start
 
-    async def since(self, topic: str, since_ms: int | None,
-                    match: Callable[[Record], bool]) -> list[Record]:
-        """Every record of ``topic`` from ``since_ms`` (or its beginning) that ``match``."""
-        found: list[Record] = []
+    async def since(self, topic: str, since_ms: int | None) -> AsyncIterator[list[Record]]:
+        """The records of ``topic`` from ``since_ms`` (or its beginning), fetch by fetch."""
         for tp in await self.partitions(topic):
-            end = (await self.consumer.end_offsets([tp]))[tp]
-            start = (await self.consumer.beginning_offsets([tp]))[tp]
+            start, end = await self.bounds(tp)
             if since_ms is not None:
                 at = (await self.consumer.offsets_for_times({tp: since_ms}))[tp]
                 start = at.offset if at is not None else end
             if start < end:
-                found.extend(r for r in await self.read(tp, start, end) if match(r))
-        return found
+                async for batch in self.batches(tp, start, end):
+                    yield batch
+
+
+def iso_time(ms: int) -> str:
+    """Epoch milliseconds (a record's timestamp, a source commit time) as ISO 8601 UTC."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def age_s(record: Record, now: float | None = None) -> float:

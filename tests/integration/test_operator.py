@@ -31,6 +31,11 @@ from tests.integration.test_cli import indexer
 CONNECTOR = os.environ.get("CONNECTOR_NAME", "indexer-mariadb")
 
 
+# `name` mapped as a number: a row whose name is not one is refused and dead-lettered.
+NAME_AS_NUMBER = {"settings": {"index": {"number_of_replicas": 0}},
+                  "mappings": {"properties": {"name": {"type": "long"}}}}
+
+
 def indexable(db: Any, table: str, refused: str) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in expected_rows(db, table).items() if k != refused}
 
@@ -46,9 +51,7 @@ async def explained(config_file: Path, table: str, key: str) -> tuple[int, dict[
 @pytest.mark.servers
 async def test_explain_in_sync_stale_missing_deleted_dead_lettered_and_waiting(
         db: Any, es: SearchClient, make_table: Any, make_config: Any, tmp_path: Path) -> None:
-    # `name` mapped as a number: a row whose name is not one is refused and dead-lettered.
-    table = make_table(COLUMNS, {"settings": {"index": {"number_of_replicas": 0}},
-                                 "mappings": {"properties": {"name": {"type": "long"}}}})
+    table = make_table(COLUMNS, NAME_AS_NUMBER)
     sql(db, f"INSERT INTO `{table.name}` VALUES (1, '11', 1.50, 1), (2, '22', 2, 2), "
             "(3, '33', 3, 3), (4, '44', 4, 4)")
     sql(db, f"INSERT INTO `{table.name}` VALUES (5, 'not a number', 5, 5)")
@@ -142,8 +145,7 @@ async def test_explain_composite_key(db: Any, es: SearchClient, make_table: Any,
 
 async def test_status_reports_lag_dead_letters_tombstones_and_consumers(
         db: Any, es: SearchClient, make_table: Any, make_config: Any, tmp_path: Path) -> None:
-    table = make_table(COLUMNS, {"settings": {"index": {"number_of_replicas": 0}},
-                                 "mappings": {"properties": {"name": {"type": "long"}}}})
+    table = make_table(COLUMNS, NAME_AS_NUMBER)
     sql(db, f"INSERT INTO `{table.name}` VALUES (1, '1', 1, 1), (2, 'two', 2, 2), "
             "(3, '3', 3, 3)")
     sql(db, f"DELETE FROM `{table.name}` WHERE id = 3")
