@@ -92,17 +92,24 @@ async def ensure_table_index(client: SearchClient, config: Config,
 
 async def mark_missed_writes(client: SearchClient, index: str, reason: str) -> None:
     """Records in the index's mapping ``_meta`` that it refused a write the live index took,
-    so that `reindex --rollback` and the swap can tell."""
-    await client.request("PUT", f"/{index}/_mapping", {"_meta": {MISSED_META: {
-        "since": datetime.now(UTC).isoformat(timespec="seconds"), "reason": reason}}})
+    so that `reindex --rollback` and the swap can tell. A put replaces the whole ``_meta``:
+    what the mapping file put there is kept."""
+    meta = await _meta(client, index)
+    meta[MISSED_META] = {"since": datetime.now(UTC).isoformat(timespec="seconds"),
+                         "reason": reason}
+    await client.request("PUT", f"/{index}/_mapping", {"_meta": meta})
 
 
 async def missed_writes(client: SearchClient, index: str) -> dict[str, Any] | None:
     """When and why a non-live index refused a write the live one took (None: it has not)."""
-    found = await client.request("GET", f"/{index}/_mapping")
-    meta = (found.get(index, {}).get("mappings", {}).get("_meta") or {})
-    mark = meta.get(MISSED_META)
+    mark = (await _meta(client, index)).get(MISSED_META)
     return mark if isinstance(mark, dict) else None
+
+
+async def _meta(client: SearchClient, index: str) -> dict[str, Any]:
+    found = await client.request("GET", f"/{index}/_mapping")
+    meta = found.get(index, {}).get("mappings", {}).get("_meta")
+    return dict(meta) if isinstance(meta, dict) else {}
 
 
 async def field_capabilities(client: SearchClient, alias: str) -> Capabilities:

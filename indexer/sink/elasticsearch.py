@@ -77,7 +77,8 @@ class _Round:
 
     lines: list[tuple[Op, str]] = field(default_factory=list)
     parts: list[bytes] = field(default_factory=list)
-    missed: dict[str, tuple[str, str]] = field(default_factory=dict)  # index -> (id, reason)
+    # index -> (id, reason) of each write it refused that the live index took
+    missed: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 class ElasticsearchSink:
@@ -205,7 +206,7 @@ class ElasticsearchSink:
                 op.outcome = Outcome.WRITTEN if written.get(id(op)) else Outcome.STALE
         for index, op, why in refused_elsewhere:  # missed only what the live index took
             if op.outcome is not Outcome.FAILED and id(op) not in retry:
-                round_.missed.setdefault(index, (op.write.id, why))
+                round_.missed.setdefault(index, []).append((op.write.id, why))
         if retry:
             self._metrics.retries.labels("item").inc(len(retry))
         return list(retry.values())
@@ -215,11 +216,12 @@ class ElasticsearchSink:
         live = self._live.get(alias, set())
         return bool(live) and index not in live
 
-    async def _mark_missed(self, missed: dict[str, tuple[str, str]]) -> None:
+    async def _mark_missed(self, missed: dict[str, list[tuple[str, str]]]) -> None:
         """Counts and logs writes a non-live index refused, and marks the index (its
         mapping's ``_meta``) so that `reindex --rollback` and the swap can tell."""
-        for index, (doc_id, reason) in missed.items():
-            self._metrics.kept_index_rejected.labels(index).inc()
+        for index, refused in missed.items():
+            self._metrics.kept_index_rejected.labels(index).inc(len(refused))
+            doc_id, reason = refused[0]
             if index in self._marked:
                 continue
             log.warning("%s (not live) refused document %s that the live index is asked to "

@@ -252,7 +252,7 @@ async def test_the_tombstone_progress_counts_what_the_summary_reports(
 
 def qty_mapping(qty_type: str) -> dict[str, Any]:
     return {"settings": {"index": {"number_of_replicas": 0}},
-            "mappings": {"properties": {"qty": {"type": qty_type}}}}
+            "mappings": {"_meta": {"owner": "shop"}, "properties": {"qty": {"type": qty_type}}}}
 
 
 async def test_after_a_reindex_only_the_live_index_decides(
@@ -275,6 +275,13 @@ async def test_after_a_reindex_only_the_live_index_decides(
                                          ) is None
         assert registry.get_sample_value("indexer_kept_index_rejected_total",
                                          {"index": old}) == 1.0
+        # Every refusal is counted; the mark keeps what the mapping file put in _meta.
+        sql(db, f"UPDATE `{table.name}` SET qty = 2000 WHERE id = 3")
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        assert registry.get_sample_value("indexer_kept_index_rejected_total",
+                                         {"index": old}) == 2.0
+        meta = (await es.request("GET", f"/{old}/_mapping"))[old]["mappings"]["_meta"]
+        assert meta["owner"] == "shop" and "reason" in meta["indexer_missed_writes"]
     with pytest.raises(ReindexError, match=f"{old} refused writes the live index took"):
         await rollback(config, config.tables[0])
     current, previous = await rollback(config, config.tables[0], force=True)

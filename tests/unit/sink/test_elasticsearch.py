@@ -90,8 +90,13 @@ def test_only_the_live_index_decides_an_ops_fate() -> None:
     assert [op.outcome for op in batch] == [Outcome.WRITTEN, Outcome.FAILED, Outcome.FAILED]
     assert batch[1].error_reason.startswith("a-v2: ")  # the live index's answer
     # Marked as missed: what the live index took, not what both refused.
-    assert round_.missed == {"a-v1": ("0", "document_parsing_exception: failed to parse "
-                                           "field [n]")}
+    assert round_.missed == {"a-v1": [("0", "document_parsing_exception: failed to parse "
+                                            "field [n]")]}
+    # Each refusal is kept (and counted), not just the first per index.
+    two = ops(2)
+    round_ = round_of(two, ("a-v1", "a-v2"))
+    s._settle(round_, {"items": [refused, item(201), refused, item(201)]})
+    assert [doc_id for doc_id, _ in round_.missed["a-v1"]] == ["0", "1"]
     both = ops(1)
     round_ = round_of(both, ("a-v1", "a-v2"))
     s._settle(round_, {"items": [refused, refused]})
