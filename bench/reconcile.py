@@ -28,6 +28,7 @@ import pymysql.cursors
 
 from bench.common import BENCH_MAPPING, ES, mysql, search_client, unique
 from bench.reindex import BENCH_DATABASE, create_table, drop_table
+from indexer.checksums import content_hash
 from indexer.config import MySQLSettings
 from indexer.sink.search import SearchClient
 from indexer.source import mysql as source
@@ -59,10 +60,16 @@ async def inject(es: SearchClient, alias: str, table: str, rows: int) -> dict[st
     deleted, edited, rows_changed, rows_deleted = ids[:15], ids[15:25], ids[25:35], ids[35:40]
     for doc_id in deleted:
         await es.request("DELETE", f"/{index}/_doc/{doc_id}")
-    for doc_id in edited:
+    for doc_id in edited[:5]:
         src = (await es.request("GET", f"/{index}/_doc/{doc_id}"))["_source"]
         src.pop("_indexer")
         await es.request("PUT", f"/{index}/_doc/{doc_id}", {**src, "name": "edited by hand"})
+    for doc_id in edited[5:]:  # as written before a column rename: same values, old name
+        src = (await es.request("GET", f"/{index}/_doc/{doc_id}"))["_source"]
+        meta = src.pop("_indexer")
+        src["label"] = src.pop("name")
+        meta["hash"] = content_hash(src)
+        await es.request("PUT", f"/{index}/_doc/{doc_id}", {**src, "_indexer": meta})
     added = [str(rows + 1000 + i) for i in range(10)]
     for doc_id in added:
         await es.request("PUT", f"/{index}/_doc/{doc_id}", {"id": int(doc_id), "name": "ghost"})
@@ -89,7 +96,7 @@ async def naive(es: SearchClient, alias: str, table: str) -> tuple[int, float]:
     conn = source.connect(MySQLSettings(), BENCH_DATABASE)
     layout = source.table_layout(conn, BENCH_DATABASE, table)
     cursor = conn.cursor(pymysql.cursors.SSCursor)
-    row_hash = source.hash_sql(layout.columns, layout.flavor)
+    row_hash = source.hash_sql([(c.name, c) for c in layout.columns], layout.flavor)
     cursor.execute(f"SELECT id, {row_hash} FROM {layout.qualified} ORDER BY id")
 
     def mysql_rows() -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from indexer.checksums import CHECKSUM_FORMAT, CHECKSUM_META
 from indexer.config import Config, TableConfig
 from indexer.documents import META_FIELD
 from indexer.field_types import SERVERS, Capabilities
@@ -66,6 +67,7 @@ async def create_index(client: SearchClient, definition: IndexDefinition, *,
     """Creates ``<alias>-v<timestamp>`` and adds it to the sync alias (and read alias if live)."""
     index = new_index_name(definition.alias)
     body = definition.body(bulk_load=bulk_load)
+    body["mappings"].setdefault("_meta", {})[CHECKSUM_META] = CHECKSUM_FORMAT
     assert client.server is not None
     body["mappings"], renamed = adapt_mappings(client.server, body["mappings"])
     for change in renamed:
@@ -104,6 +106,12 @@ async def missed_writes(client: SearchClient, index: str) -> dict[str, Any] | No
     """When and why a non-live index refused a write the live one took (None: it has not)."""
     mark = (await _meta(client, index)).get(MISSED_META)
     return mark if isinstance(mark, dict) else None
+
+
+async def checksum_format(client: SearchClient, index: str) -> int:
+    """The checksum format of the index's documents (1: made before the mark existed)."""
+    found = (await _meta(client, index)).get(CHECKSUM_META)
+    return found if isinstance(found, int) else 1
 
 
 async def _meta(client: SearchClient, index: str) -> dict[str, Any]:

@@ -7,7 +7,6 @@ becomes the same bytes whichever way it arrives.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from indexer.checksums import content_hash
 from indexer.config import ServerKind, TableConfig, VersionSource
 from indexer.events import Change, DecodeError
 from indexer.sources import EPOCH_ZERO, Epoch, SourceError, binlog_file_number
@@ -38,8 +38,6 @@ MAX_VERSION = (1 << 63) - 1
 MIN_LONG = -(1 << 63)
 # Documents of tables without a single integer key are grouped by crc32(id) % KEY_BUCKETS.
 KEY_BUCKETS = 1024
-HASH_NULL = "\\N"
-HASH_FLOAT = "~"
 
 class VersionError(DecodeError):
     def __init__(self, reason: str) -> None:
@@ -216,37 +214,6 @@ class DocumentBuilder:
         version = self.row_version(row)
         # A delete leaves the version column as it was: it must outrank the row it removes.
         return version + 1 if deleted else version
-
-
-def hash_text(value: Any, spaced: bool = False) -> str:
-    """A value as the text the reconciliation's SQL computes for the same column.
-
-    Floats are left out of the content (both sides write a mark instead): MySQL's and
-    Python's shortest float texts do not always agree. SET members and JSON values are JSON
-    text: compact as MariaDB's JSON_COMPACT writes it, or ``spaced`` after each ',' and ':'
-    as MySQL 8 renders JSON (it has no compacting function).
-    """
-    if value is None:
-        return HASH_NULL
-    if value is True or value is False:
-        return "1" if value else "0"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return HASH_FLOAT
-    if spaced:
-        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-    return orjson.dumps(value).decode()
-
-
-def content_hash(doc: Mapping[str, Any], spaced: bool = False) -> int:
-    """CRC32 of the '#'-joined values, like pt-table-checksum's per-row checksum."""
-    # Strings and integers, the common cases, skip the call (this runs once per document).
-    texts = [v if (t := type(v)) is str else str(v) if t is int else hash_text(v, spaced)
-             for v in doc.values()]
-    return zlib.crc32("#".join(texts).encode())
 
 
 def key_bucket(doc_id: str) -> int:

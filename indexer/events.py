@@ -139,6 +139,9 @@ def field_converter(schema: Mapping[str, Any]) -> Converter | None:
         return values.set_members
     if name == "io.debezium.data.Bits":
         return values.bits_from_base64_le
+    if schema.get("type") == "float" or column_type.startswith("FLOAT"):
+        # Connect's FLOAT32 ("float" in JSON schemas): Java's text of the 32-bit value
+        return values.float32
     if column_type == "BIGINT UNSIGNED" and schema.get("type") == "int64":
         return values.unsigned_from_signed_long
     if column_type in ("BOOLEAN", "BOOL") and schema.get("type") == "boolean":
@@ -206,6 +209,8 @@ def hinted_field_schema(column: str, hint: str, connector: ConnectorSettings) ->
     elif base == "time":
         micro = mode == "adaptive_time_microseconds" or (mode == "adaptive" and length > 3)
         schema["name"] = f"io.debezium.time.{'MicroTime' if micro else 'Time'}"
+    elif base == "float":
+        schema["type"] = "float"
     elif base == "json":
         schema["name"] = "io.debezium.data.Json"
     elif base == "set":
@@ -214,8 +219,8 @@ def hinted_field_schema(column: str, hint: str, connector: ConnectorSettings) ->
         if length > 1:
             schema["name"] = "io.debezium.data.Bits"
     elif base not in ("enum", "year", "blob", "binary", "varbinary", "char", "varchar", "text",
-                      "int", "integer", "bigint", "smallint", "tinyint", "mediumint", "float",
-                      "double", "bool", "boolean", "tinyblob", "mediumblob", "longblob",
+                      "int", "integer", "bigint", "smallint", "tinyint", "mediumint",
+                      "double", "real", "bool", "boolean", "tinyblob", "mediumblob", "longblob",
                       "tinytext", "mediumtext", "longtext"):
         raise ConfigError(f"column_types.{column}: unknown MySQL type {hint!r}")
     return schema

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from indexer import admin
+from indexer.checksums import CHECKSUM_FORMAT
 from indexer.config import Config, TableConfig
 from indexer.documents import (
     KEY_BUCKETS,
@@ -87,6 +89,7 @@ class Report:
     rechecked: int = 0
     repaired: dict[str, int] | None = None
     differing_chunks: list[ChunkDiff] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the reader needs to know first
 
     @property
     def clean(self) -> bool:
@@ -101,7 +104,7 @@ class Report:
 @dataclass
 class _Plan:
     layout: mysql.TableLayout
-    columns: list[mysql.Column]
+    fields: list[mysql.Field]  # what the documents hold, by field name
     width: int  # key values per chunk (integer keys); 0 = id buckets
     low: int | None = None  # key bounds when the plan was made (integer keys)
     high: int | None = None
@@ -136,6 +139,7 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
                                  max_backoff_s=config.batch.max_backoff_s) as sink:
         client = sink.client
         await client.refresh(table.alias)
+        report.notes += await _old_checksums(client, table.alias)
         progress("chunk sums", 0, 1)
         sql_sums, es_sums = await asyncio.gather(
             _sql_sums(config, plan, parallel), _es_sums(client, table.alias, plan))
@@ -169,6 +173,17 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
     return report
 
 
+async def _old_checksums(client: SearchClient, alias: str) -> list[str]:
+    notes = []
+    for index in (await admin.alias_state(client, alias)).live:
+        if (found := await admin.checksum_format(client, index)) < CHECKSUM_FORMAT:
+            notes.append(f"index {index} was made by an indexer whose checksums (format "
+                         f"{found}) differ from this one's ({CHECKSUM_FORMAT}): documents "
+                         "written before the upgrade show as stale; `indexer reindex` (or "
+                         "`reconcile --repair`) rewrites them")
+    return notes
+
+
 def _chunks_of(plan: _Plan, ids: dict[str, str]) -> list[int]:
     return sorted({plan.chunk_of(i) for i in ids} - {UNCHUNKED})
 
@@ -180,26 +195,27 @@ def _sums(sql_sums: dict[int, mysql.ChunkSum], chunk: int) -> tuple[int, int]:
 
 def _plan(config: Config, table: TableConfig, builder: DocumentBuilder) -> _Plan:
     layout = mysql.read_layout(config.mysql, table.database, table.table)
-    columns = [c for c in layout.columns if builder.includes(c.name)]
+    names = builder.field_names(c.name for c in layout.columns)
+    fields = [(names[c.name], c) for c in layout.columns if c.name in names]
     if not layout.integer_key:
-        return _Plan(layout, columns, 0)
+        return _Plan(layout, fields, 0)
     bounds = mysql.key_range(config.mysql, layout)
     if bounds is None:
-        return _Plan(layout, columns, CHUNK_ROWS)
+        return _Plan(layout, fields, CHUNK_ROWS)
     low, high, rows = bounds
     chunks = min(MAX_CHUNKS, max(1, math.ceil(rows / CHUNK_ROWS)))
-    return _Plan(layout, columns, max(1, math.ceil((high - low + 1) / chunks)), low, high)
+    return _Plan(layout, fields, max(1, math.ceil((high - low + 1) / chunks)), low, high)
 
 
 async def _sql_sums(config: Config, plan: _Plan, parallel: int) -> dict[int, mysql.ChunkSum]:
     """The MySQL side of the chunk test, in ``parallel`` slices of whole chunks."""
     if not plan.width or plan.low is None or plan.high is None or parallel <= 1:
         return await asyncio.to_thread(mysql.chunk_sums, config.mysql, plan.layout,
-                                       plan.columns, plan.width)
+                                       plan.fields, plan.width)
     # Whole chunks per slice; rows inserted beyond the bounds read earlier still count.
     slices = mysql.open_slices(plan.low // plan.width, plan.high // plan.width, parallel)
     parts = await asyncio.gather(*(
-        asyncio.to_thread(mysql.chunk_sums, config.mysql, plan.layout, plan.columns,
+        asyncio.to_thread(mysql.chunk_sums, config.mysql, plan.layout, plan.fields,
                           plan.width, a, b) for a, b in slices))
     merged: dict[int, mysql.ChunkSum] = {}
     for part in parts:
@@ -240,7 +256,7 @@ async def _compare(config: Config, client: SearchClient, table: TableConfig,
         nonlocal done
         async with gate:
             rows, docs = await asyncio.gather(
-                asyncio.to_thread(mysql.chunk_rows, config.mysql, plan.layout, plan.columns,
+                asyncio.to_thread(mysql.chunk_rows, config.mysql, plan.layout, plan.fields,
                                   plan.width, group),
                 _es_hashes(client, table.alias, plan, group))
         for doc_id, row_hash in rows.items():
@@ -303,37 +319,51 @@ async def _es_hashes(client: SearchClient, alias: str, plan: _Plan,
 
 async def _repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
                   builder: DocumentBuilder, plan: _Plan, found: dict[str, str]) -> dict[str, int]:
-    """Rewrites missing and stale documents from a consistent snapshot, tombstones extras."""
+    """Rewrites missing and stale documents from a consistent snapshot, page by page (a
+    whole table's worth streams like a reindex), then tombstones extras."""
     fix = [i for i, kind in found.items() if kind != "extra"]
     extras = [i for i, kind in found.items() if kind == "extra"]
-    snapshot = await asyncio.to_thread(mysql.Snapshot, config.mysql, plan.layout)
-    try:
-        rows = await asyncio.to_thread(snapshot.rows_for_ids, fix)
-        position = snapshot.position
-    finally:
-        snapshot.close()
     binlog = table.version.kind == "binlog"
-    snapshot_version = 0
-    if binlog:
-        epoch = await StateStore(sink.client).snapshot_epoch(
-            table.alias, file_number(position.file), position.pos, position.ts_ms, "repair")
-        snapshot_version = pack_binlog_version(position.file, position.pos, 0, epoch)
-    ops = []
-    for key, row in rows:
-        # Column versions: the document may carry the row's own version with other content
-        # (changed behind the pipeline's back), so an equal version must win here.
-        version = snapshot_version if binlog else builder.row_version(row)
-        ops.append(Op(table.alias, builder.write_for_row(key, row, version),
-                      version_type="external" if binlog else "external_gte"))
-    versions = await _versions(sink.client, table.alias, extras) if extras else {}
-    now_ms = int(time.time() * 1000)
-    for doc_id in extras:
-        version = snapshot_version if binlog else versions.get(doc_id, 0) + 1
-        ops.append(Op(table.alias, Write(doc_id, version, tombstone(now_ms), True)))
-    if ops:
+    counts = {"rewritten": 0, "tombstoned": len(extras), "refused_as_newer": 0}
+
+    async def write(ops: list[Op]) -> None:
         await sink.write(ops)
-    return {"rewritten": len(rows), "tombstoned": len(extras),
-            "refused_as_newer": sum(1 for op in ops if op.outcome is Outcome.STALE)}
+        counts["refused_as_newer"] += sum(1 for op in ops if op.outcome is Outcome.STALE)
+
+    snapshot = await asyncio.to_thread(mysql.Snapshot, config.mysql, plan.layout)
+    reading: asyncio.Task[list[tuple[mysql.Row, mysql.Row]] | None] | None = None
+    try:
+        position = snapshot.position
+        snapshot_version = 0
+        if binlog:
+            epoch = await StateStore(sink.client).snapshot_epoch(
+                table.alias, file_number(position.file), position.pos, position.ts_ms,
+                "repair")
+            snapshot_version = pack_binlog_version(position.file, position.pos, 0, epoch)
+        pages = snapshot.pages_for_ids(fix)
+        reading = asyncio.create_task(asyncio.to_thread(next, pages, None))
+        while (page := await reading) is not None:
+            reading = asyncio.create_task(asyncio.to_thread(next, pages, None))  # read ahead
+            # Column versions: the document may carry the row's own version with other
+            # content (changed behind the pipeline's back), so an equal version must win.
+            await write([Op(table.alias, builder.write_for_row(
+                key, row, snapshot_version if binlog else builder.row_version(row)),
+                version_type="external" if binlog else "external_gte") for key, row in page])
+            counts["rewritten"] += len(page)
+    finally:
+        if reading is not None:  # its thread uses the connection: let it end first
+            await asyncio.wait([reading])
+            if not reading.cancelled():
+                reading.exception()  # raised or not, the error that ended the loop is told
+        await asyncio.to_thread(snapshot.close)
+    now_ms = int(time.time() * 1000)
+    for start in range(0, len(extras), mysql.IDS_PER_LOOKUP):
+        part = extras[start:start + mysql.IDS_PER_LOOKUP]
+        versions = {} if binlog else await _versions(sink.client, table.alias, part)
+        await write([Op(table.alias, Write(doc_id, snapshot_version if binlog
+                                           else versions.get(doc_id, 0) + 1,
+                                           tombstone(now_ms), True)) for doc_id in part])
+    return counts
 
 
 async def _versions(client: SearchClient, alias: str, ids: list[str]) -> dict[str, int]:

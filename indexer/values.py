@@ -6,6 +6,8 @@ tests check that both paths give the same document, byte for byte.
 
 Representations (what a user sees in ``_source``):
   DECIMAL            exact string at the column's scale: "-12.50"
+  FLOAT              the double its 32-bit value widens to, exactly: 123456.7 is stored as
+                     123456.703125 (what ``SELECT f + 0e0`` shows); DOUBLE as is
   BIGINT UNSIGNED    integer (exact, up to 2^64-1)
   DATE               "2024-02-29"
   DATETIME(fsp)      "2024-01-02T03:04:05.123" with exactly fsp fraction digits, no zone
@@ -22,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import struct
 from datetime import UTC, date, datetime, timedelta
 
 EPOCH = datetime(1970, 1, 1)
@@ -121,3 +124,13 @@ def set_members(text: str) -> list[str]:
 def unsigned_from_signed_long(value: int) -> int:
     """bigint.unsigned.handling.mode=long wraps values >= 2^63; undo the wrap."""
     return value + (1 << 64) if value < 0 else value
+
+
+_FLOAT32 = struct.Struct("<f")
+
+
+def float32(value: float) -> float:
+    """A FLOAT column's value as the double it widens to. Debezium writes Java's shortest
+    text of the 32-bit value, which names a nearby double instead; MySQL's own text of a
+    FLOAT keeps only 6 digits (the reindex reads ``f + 0e0``)."""
+    return float(_FLOAT32.unpack(_FLOAT32.pack(value))[0])

@@ -30,6 +30,8 @@ def render(console: Console, reports: Sequence[Report]) -> None:
         for line in plain_lines(rows):
             console.out(line, highlight=False)
     for r in reports:
+        for note in r.notes:
+            console.out(f"{r.table}: {note}", highlight=False)
         for kind in ("missing", "extra", "stale"):
             ids: list[str] = getattr(r, kind)
             if ids:

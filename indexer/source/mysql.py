@@ -17,11 +17,12 @@ from typing import Any, Literal
 
 import orjson
 import pymysql
+import pymysql.converters
 import pymysql.cursors
 
 from indexer import values
 from indexer.config import ConfigError, MySQLSettings
-from indexer.documents import KEY_BUCKETS
+from indexer.documents import KEY_BUCKETS, document_id
 from indexer.security import tls_context, tls_reason
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,11 @@ Flavor = Literal["mariadb", "mysql"]
 # Rows per network round trip of the unbuffered cursor: large enough to amortise the call,
 # small enough to keep memory flat.
 FETCH_ROWS = 2000
+# Ids per IN list when rows are looked up by document id.
+IDS_PER_LOOKUP = 1000
+# Beyond this many ids of an integer key, one scan of the table is faster than lookups
+# (other keys: beyond one IN list, since each one scans the table).
+SCAN_ABOVE_IDS = 20_000
 
 
 def _quote(identifier: str) -> str:
@@ -111,6 +117,10 @@ class Column:
     @property
     def unsigned(self) -> bool:
         return "unsigned" in self.column_type
+
+
+# (document field name, the column it holds): what the checksums cover.
+Field = tuple[str, Column]
 
 
 @dataclass(frozen=True)
@@ -221,7 +231,9 @@ def value_sql(column: Column) -> str:
         return f"CAST({c} AS UNSIGNED)"
     if t in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"):
         return c
-    # DECIMAL exact at its scale, TIME as MySQL prints it, floats and JSON as their text.
+    if t == "float":  # its own text keeps 6 digits; the double it widens to is exact
+        return f"CAST({c} + 0e0 AS CHAR)"
+    # DECIMAL exact at its scale, TIME as MySQL prints it, doubles and JSON as their text.
     return f"CAST({c} AS CHAR)"
 
 
@@ -340,11 +352,20 @@ class Snapshot:
 
     def rows_for_ids(self, ids: Sequence[str]) -> list[tuple[Row, Row]]:
         """The rows behind these document ids, inside the snapshot (absent ids are skipped)."""
-        found: list[tuple[Row, Row]] = []
-        for start in range(0, len(ids), 1000):
-            for page in self.rows(*ids_where(self.layout, ids[start:start + 1000])):
-                found += page
-        return found
+        return [found for page in self.pages_for_ids(ids) for found in page]
+
+    def pages_for_ids(self, ids: Sequence[str]) -> Iterator[list[tuple[Row, Row]]]:
+        """Pages of the rows behind these ids: looked up by id while they are few, else one
+        streamed scan of the table (a reindex's cost) keeping the wanted ones."""
+        scan_above = SCAN_ABOVE_IDS if self.layout.integer_key else IDS_PER_LOOKUP
+        if len(ids) <= scan_above:
+            for start in range(0, len(ids), IDS_PER_LOOKUP):
+                yield from self.rows(*ids_where(self.layout, ids[start:start + IDS_PER_LOOKUP]))
+            return
+        wanted = set(ids)
+        for page in self.rows():
+            if kept := [(key, row) for key, row in page if document_id(key) in wanted]:
+                yield kept
 
     def key_bounds(self) -> tuple[int, int] | None:
         """(min, max) of an integer primary key, inside the snapshot."""
@@ -438,7 +459,9 @@ def text_sql(column: Column, flavor: Flavor = "mariadb") -> str:
     JSON_COMPACT) and spaced on MySQL 8, which renders JSON that way and cannot compact it."""
     c, t = _quote(column.name), column.data_type
     if t in _FLOATS:
-        return f"IF({c} IS NULL, NULL, '~')"
+        # As a double, written the way checksums.double_text writes it (a FLOAT too: its
+        # own text has only 6 digits; DOUBLE(M,D) would keep D decimals).
+        return f"CAST({c} + 0e0 AS CHAR)"
     if t in ("date", "datetime", "timestamp", "bit") or t in _BINARIES:
         return value_sql(column)
     if t == "json":
@@ -451,10 +474,16 @@ def text_sql(column: Column, flavor: Flavor = "mariadb") -> str:
     return f"CAST({c} AS CHAR)"
 
 
-def hash_sql(columns: Sequence[Column], flavor: Flavor = "mariadb") -> str:
-    """CRC32 of the '#'-joined texts, NULL as \\N: the SQL twin of documents.content_hash."""
-    parts = ", ".join(f"COALESCE({text_sql(c, flavor)}, '\\\\N')" for c in columns)
-    return f"CRC32(CONCAT_WS('#', {parts}))"
+def hash_sql(fields: Sequence[Field], flavor: Flavor = "mariadb") -> str:
+    """The SQL twin of checksums.content_hash: CRC32 of ``#name=text`` for each column, in
+    the order of the field names; a NULL makes its part NULL, which CONCAT_WS leaves out."""
+    parts = ", ".join(f"CONCAT({_literal(f'#{name}=')}, {text_sql(column, flavor)})"
+                      for name, column in sorted(fields, key=lambda f: f[0])) or "''"
+    return f"CRC32(CONCAT_WS('', {parts}))"
+
+
+def _literal(text: str) -> str:
+    return "'" + pymysql.converters.escape_string(text) + "'"
 
 
 def id_sql(layout: TableLayout) -> str:
@@ -474,7 +503,7 @@ class ChunkSum:
     hash_sum: int
 
 
-def chunk_sums(settings: MySQLSettings, layout: TableLayout, columns: Sequence[Column],
+def chunk_sums(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Field],
                width: int, first: int | None = None, last: int | None = None,
                ) -> dict[int, ChunkSum]:
     """Per chunk of ``width`` key values (integer keys) or per id bucket: count and hash sum,
@@ -485,7 +514,7 @@ def chunk_sums(settings: MySQLSettings, layout: TableLayout, columns: Sequence[C
     if layout.integer_key:
         where, args = key_range_where(layout, None if first is None else first * width,
                                       None if last is None else (last + 1) * width - 1)
-    row_hash = hash_sql(columns, layout.flavor)
+    row_hash = hash_sql(fields, layout.flavor)
     found = _fetch_all(settings, layout.database,
                        f"SELECT {chunk} AS chunk, COUNT(*), SUM({row_hash}) "
                        f"FROM {layout.qualified} {where} GROUP BY chunk", args or None)
@@ -498,7 +527,7 @@ def _chunk_sql(layout: TableLayout, width: int) -> str:
     return f"CRC32({id_sql(layout)}) % {KEY_BUCKETS}"
 
 
-def chunk_rows(settings: MySQLSettings, layout: TableLayout, columns: Sequence[Column],
+def chunk_rows(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Field],
                width: int, chunks: Sequence[int]) -> dict[str, int]:
     """id -> row hash for every row in these chunks."""
     if not chunks:
@@ -513,7 +542,7 @@ def chunk_rows(settings: MySQLSettings, layout: TableLayout, columns: Sequence[C
         where = f"{_chunk_sql(layout, width)} IN ({', '.join(['%s'] * len(chunks))})"
         args = list(chunks)
     found = _fetch_all(settings, layout.database,
-                       f"SELECT {id_sql(layout)}, {hash_sql(columns, layout.flavor)} "
+                       f"SELECT {id_sql(layout)}, {hash_sql(fields, layout.flavor)} "
                        f"FROM {layout.qualified} "
                        f"WHERE {where}", args)
     return {str(i): int(h) for i, h in found}

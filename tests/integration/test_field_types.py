@@ -15,9 +15,7 @@ from tests.integration.conftest import running, wait_for_documents, wait_for_top
 from tests.integration.test_cli import indexer
 from tests.integration.test_types import (
     COLUMNS,
-    EXPECTED_MAX,
-    EXPECTED_MIN,
-    EXPECTED_NULLS,
+    EXPECTED,
     insert_every_type,
 )
 
@@ -45,13 +43,11 @@ async def test_a_generated_mapping_takes_every_type(db: Any, es: SearchClient, m
 
     insert_every_type(db, table.name)
     await wait_for_topic(table.topic)
-    expected: dict[str, dict[str, Any]] = {"1": EXPECTED_MAX, "2": EXPECTED_MIN,
-                                           "3": EXPECTED_NULLS}
     async with running(config):
-        await wait_for_documents(es, table.alias, expected)
+        await wait_for_documents(es, table.alias, EXPECTED)
         result = await reindex(config, config.tables[0])
-        assert result.rows == 3 and result.failed == 0
-    await wait_for_documents(es, table.alias, expected)
+        assert result.rows == len(EXPECTED) and result.failed == 0
+    await wait_for_documents(es, table.alias, EXPECTED)
 
 
 async def test_validate_names_each_column_a_mapping_would_refuse_or_lose(

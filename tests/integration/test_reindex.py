@@ -41,6 +41,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.test_failures import DaemonProcess
 from tests.integration.test_types import COLUMNS as TYPE_COLUMNS
+from tests.integration.test_types import EXPECTED as TYPE_EXPECTED
 from tests.integration.test_types import MAPPING as TYPE_MAPPING
 from tests.integration.test_types import insert_every_type
 
@@ -146,25 +147,14 @@ async def test_reindex_and_stream_build_identical_documents_for_every_type(
     finally:
         snapshot.close()
     assert reindexed == streamed
-    assert len(streamed) == 3
+    assert len(streamed) == len(TYPE_EXPECTED)
     # And in Elasticsearch: the stream-built index and the reindex-built one hold the same.
     async with running(config):
-        await wait_until_three(es, table.alias)
+        await wait_for_documents(es, table.alias, TYPE_EXPECTED)
         streamed_docs = await documents(es, table.alias)
         result = await reindex(config, config.tables[0])
-        assert result.stale == 0 and result.written == 3
+        assert result.stale == 0 and result.written == len(TYPE_EXPECTED)
         assert await documents(es, table.alias) == streamed_docs
-
-
-async def wait_until_three(es: SearchClient, alias: str) -> None:
-    for _ in range(300):
-        try:
-            if len(await documents(es, alias)) == 3:
-                return
-        except Exception:
-            pass
-        await asyncio.sleep(0.2)
-    raise AssertionError("the three rows never arrived")
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])

@@ -2,7 +2,7 @@ import orjson
 import pytest
 
 from indexer.config import ConfigError, ConnectorSettings
-from indexer.events import DecodeError, EnvelopeDecoder, hinted_field_schema
+from indexer.events import DecodeError, EnvelopeDecoder, field_converter, hinted_field_schema
 
 Messages = list[tuple[bytes | None, bytes | None]]
 
@@ -51,7 +51,7 @@ def test_every_logical_type_with_propagated_column_types(alltypes: Messages) -> 
         "bl": "AP8Q",
         "vb": "AQI=",
         "dec1": "-12345678901234567890.1234567890",
-        "f": 1.1,
+        "f": 1.100000023841858,  # the 32-bit value, exactly
         "db": 2.000001,
         "ti": 1,
         "u32": 4294967295,
@@ -155,3 +155,13 @@ def test_columns_added_while_running_get_their_own_plan(lifecycle: Messages) -> 
     assert change is not None and change.after is not None
     assert change.after["born"] == "1970-01-02"
     assert len(d._value_plans) == 2
+
+
+def test_float_columns_become_the_double_their_32_bits_widen_to() -> None:
+    propagated = {"type": "double", "parameters": {"__debezium.source.column.type": "FLOAT"}}
+    for schema in (propagated, {"type": "float"},
+                   hinted_field_schema("f", "float", ConnectorSettings())):
+        convert = field_converter(schema)
+        assert convert is not None and convert(123456.7) == 123456.703125
+        assert convert(16777217) == 16777216.0
+    assert field_converter({"type": "double"}) is None  # a DOUBLE is left as it is

@@ -31,7 +31,8 @@ def _layout() -> TableLayout:
 def test_rows_arrive_as_one_json_array_of_canonical_values() -> None:
     reader = RowReader(_layout())
     sql = reader.select("WHERE `id` > %s")
-    assert sql.startswith("SELECT JSON_ARRAY(`id`, CAST(`born` AS SIGNED), CAST(`ratio` AS CHAR)")
+    assert sql.startswith("SELECT JSON_ARRAY(`id`, CAST(`born` AS SIGNED), "
+                          "CAST(`ratio` + 0e0 AS CHAR)")
     assert sql.endswith("FROM `db`.`t` WHERE `id` > %s ORDER BY `id`")
     key, row = reader.row(('[18446744073709551615, 0, "0.1", 1, 682, "a,b", '
                            '"{\\"b\\": 1, \\"a\\": [1]}", "2024-01-02T03:04:05.120", "-1.50"]',))
@@ -55,3 +56,11 @@ def test_json_and_set_texts_follow_the_servers_rendering() -> None:
     assert mysql.text_sql(doc) == "JSON_COMPACT(`doc`)"
     assert mysql.text_sql(doc, "mysql") == "CAST(`doc` AS CHAR)"  # MySQL 8 cannot compact
     assert "'\",\"'" in mysql.text_sql(tags) and "'\", \"'" in mysql.text_sql(tags, "mysql")
+
+
+def test_the_row_checksum_sql_names_each_field_in_name_order() -> None:
+    name = mysql.Column("name", "varchar", "varchar(10)", 0, 0)
+    ratio = mysql.Column("ratio", "double", "double", 0, 0)
+    sql = mysql.hash_sql([("title", name), ("it's", ratio)])
+    assert sql == ("CRC32(CONCAT_WS('', CONCAT('#it\\'s=', CAST(`ratio` + 0e0 AS CHAR)), "
+                   "CONCAT('#title=', `name`)))")

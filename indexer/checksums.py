@@ -1,0 +1,106 @@
+"""Per-row content checksums, the Python twin of the SQL that `indexer reconcile` runs.
+
+Pure. A document's checksum is the CRC32 of ``#name=value`` for each field, in the order of
+the field names, with NULL fields left out; :func:`indexer.source.mysql.hash_sql` computes
+the same text inside the server from the table's current columns. So:
+
+- a document whose fields differ from the table's columns (a column added with a value,
+  dropped or renamed) has another checksum, even when every shared value matches;
+- a column that is NULL and a field that is absent count as equal: a nullable column added
+  with no default leaves older documents in sync;
+- the order of the columns does not matter (moving one is not a change of content).
+
+Each value is written as the server writes it: FLOAT and DOUBLE as MySQL's shortest
+round-trip text of the double (:func:`double_text`), JSON and SET compact as MariaDB's
+JSON_COMPACT writes them or spaced as MySQL 8 renders JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+# Stored in each index's mapping ``_meta`` (:data:`CHECKSUM_META`): documents of an index
+# created by an older version carry checksums that no longer match the SQL's.
+CHECKSUM_FORMAT = 2
+CHECKSUM_META = "indexer_checksum"
+# Distinct field lists seen (one per table layout): more than any deployment has live.
+LAYOUTS_CACHED = 256
+
+# MySQL's double-to-text (my_gcvt for CAST(... AS CHAR)) writes plain digits while the
+# decimal point's position (as in 0.DIGITS x 10^decpt) is within these bounds, exponent
+# notation beyond them; a number with digits after the point stays plain up to 17 digits.
+# Measured on MariaDB 11 against 38,000 doubles of every magnitude (tests/integration).
+_PLAIN_MIN_DECPT = -14
+_PLAIN_MAX_DECPT = 15
+
+
+def double_text(value: float) -> str:
+    """A double as MySQL's ``CAST(x AS CHAR)`` writes it: the same shortest round-trip
+    digits as Python's ``repr``, laid out the server's way (``1e20``, ``0.00001``, ``100``)."""
+    if value == 0:
+        return "0"  # the server has no negative zero in text
+    text = repr(value)
+    sign = ""
+    if text[0] == "-":
+        sign, text = "-", text[1:]
+    mantissa, _, exponent = text.partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    decpt = len(whole) + int(exponent or 0) - (len(whole + fraction) - len(digits))
+    digits = digits.rstrip("0")
+    count = len(digits)
+    if decpt >= _PLAIN_MIN_DECPT and (decpt <= _PLAIN_MAX_DECPT or count > decpt):
+        if decpt <= 0:
+            return f"{sign}0.{'0' * -decpt}{digits}"
+        if decpt < count:
+            return f"{sign}{digits[:decpt]}.{digits[decpt:]}"
+        return sign + digits + "0" * (decpt - count)
+    point = f"{digits[0]}.{digits[1:]}" if count > 1 else digits
+    return f"{sign}{point}e{decpt - 1}"
+
+
+def hash_text(value: Any, spaced: bool = False) -> str:
+    """A non-NULL value as the text the reconciliation's SQL computes for the same column.
+
+    SET members and JSON values are JSON text: compact as MariaDB's JSON_COMPACT writes it,
+    or ``spaced`` after each ',' and ':' as MySQL 8 renders JSON (it has no compacting
+    function).
+    """
+    if value is True or value is False:
+        return "1" if value else "0"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return double_text(value)
+    if spaced:
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return orjson.dumps(value).decode()
+
+
+def content_hash(doc: Mapping[str, Any], spaced: bool = False) -> int:
+    """CRC32 of ``#name=value`` for each non-NULL field, in the order of the names."""
+    # A loop of appends, the strings and integers skipping the call: this runs once per
+    # document, and formatting each pair would cost half as much again.
+    parts: list[str] = []
+    append = parts.append
+    for name, prefix in _prefixes(tuple(doc)):
+        value = doc[name]
+        if value is None:
+            continue
+        append(prefix)
+        kind = type(value)
+        append(value if kind is str else str(value) if kind is int else hash_text(value, spaced))
+    return zlib.crc32("".join(parts).encode())
+
+
+@functools.lru_cache(maxsize=LAYOUTS_CACHED)
+def _prefixes(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, f"#{name}=") for name in sorted(names))
