@@ -68,6 +68,7 @@ TimePrecisionMode = Literal["adaptive_time_microseconds", "adaptive", "connect"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 ServerKind = Literal["auto", "mariadb", "mysql"]
 SnapshotPositionMode = Literal["auto", "status", "lock"]
+NewColumns = Literal["map", "keep"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 _FINGERPRINT = re.compile(r"^[0-9A-Fa-f]{64}$")
 
@@ -235,8 +236,12 @@ class TableConfig:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     rename: Mapping[str, str] = field(default_factory=dict)
-    # Debezium type names for columns, needed only for messages without schemas.
+    # MySQL types of columns for messages without schemas; they override what MySQL's
+    # information_schema says (read at start-up and when the table's columns change).
     column_types: Mapping[str, str] = field(default_factory=dict)
+    # What a new column does to the live mapping: "map" adds its generated field type there
+    # (before its first value arrives), "keep" leaves the mapping to the user.
+    new_columns: NewColumns = "map"
 
     @functools.cached_property
     def name(self) -> str:
@@ -468,7 +473,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
     allowed = {"name", "topic", "alias", "mapping", "version", "include", "exclude", "rename",
-               "column_types"}
+               "column_types", "new_columns"}
     for key in raw:
         if key not in allowed:
             known = ", ".join(sorted(allowed))
@@ -498,6 +503,10 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
     column_types = raw.get("column_types", {})
     if not isinstance(column_types, dict):
         raise ConfigError(f"{where}.column_types: expected a table of column = \"type\"")
+    new_columns = raw.get("new_columns", "map")
+    if new_columns not in ("map", "keep"):
+        raise ConfigError(f"{where}.new_columns: expected \"map\" or \"keep\", got "
+                          f"{new_columns!r}")
     return TableConfig(
         database=database,
         table=table,
@@ -509,6 +518,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         exclude=exclude,
         rename=dict(rename),
         column_types={str(k): str(v) for k, v in column_types.items()},
+        new_columns=new_columns,
     )
 
 

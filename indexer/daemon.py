@@ -28,10 +28,11 @@ from indexer.admin import ensure_table_index
 from indexer.config import Config, TableConfig
 from indexer.dlq import dead_letter_for
 from indexer.documents import DocumentBuilder
-from indexer.events import DecodeError, EnvelopeDecoder
+from indexer.events import DecodeError, EnvelopeDecoder, LayoutChanged
 from indexer.follower import Follower, NotFollowed, SwitchFound, transient
 from indexer.metrics import Metrics
-from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
+from indexer.schema_changes import SchemaWatch
+from indexer.sink.elasticsearch import MAPPING_CONFLICT, ElasticsearchSink, Op, Outcome
 from indexer.sink.state import StateStore
 from indexer.source.kafka import KafkaSource, Producer, Records
 from indexer.sources import EPOCH_ZERO
@@ -77,7 +78,8 @@ class Daemon:
         self.config = config
         self.metrics = metrics or Metrics()
         self._tables = {
-            t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types),
+            t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types,
+                                               watch_layouts=True),
                             DocumentBuilder(t, config.mysql.server))
             for t in config.tables
         }
@@ -87,6 +89,7 @@ class Daemon:
         self._sink: ElasticsearchSink | None = None
         self._producer: Producer | None = None
         self._follower: Follower | None = None  # binlog-versioned tables' sources
+        self._schemas: SchemaWatch | None = None
         self._saving: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None  # a fatal error of a batch
         self._completed: dict[TopicPartition, int] = {}  # written, not yet committed
@@ -110,11 +113,15 @@ class Daemon:
             Producer(cfg.kafka) as producer,
         ):
             follower = Follower(StateStore(sink.client), self.metrics)
+            schemas = SchemaWatch(cfg, sink.client, self.metrics)
             for table in cfg.tables:
                 await ensure_table_index(sink.client, cfg, table)
                 if self._tables[table.topic].builder.binlog_versions:
                     await follower.load(table)
+            await asyncio.gather(*(schemas.start(t.config, t.decoder)
+                                   for t in self._tables.values()))
             self._sink, self._producer, self._follower = sink, producer, follower
+            self._schemas = schemas
             async with KafkaSource(cfg.kafka, list(self._tables), self._on_revoked) as source:
                 self._source = source
                 log.info("indexer running: %d tables, group %s",
@@ -174,40 +181,49 @@ class Daemon:
             for record in messages:
                 try:
                     message = self._prepare(record)
-                except (SwitchFound, NotFollowed) as needed:
-                    message = await self._prepare_following(record, needed)
+                except (SwitchFound, NotFollowed, LayoutChanged) as needed:
+                    message = await self._prepare_after_io(record, needed)
                 batch.messages.append(message)
                 batch.size += record.serialized_value_size + record.serialized_key_size
             if messages:
                 batch.offsets[tp] = messages[-1].offset + 1
         await asyncio.sleep(0)  # let the bulks in flight send and settle between slices
 
-    async def _prepare_following(self, record: ConsumerRecord[bytes, bytes],
-                                 needed: SwitchFound | NotFollowed) -> Message:
-        """Prepares a record whose source needs I/O first: the first record of a partition
-        (its cursor is loaded) or a switch (its epoch is stored), both rare."""
-        follower = self._follower
-        assert follower is not None
-        for _ in range(3):  # a partition's first record may also be a switch
-            # Stored in the search server: retried like a bulk while it is away.
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(transient),
-                wait=wait_random_exponential(multiplier=0.1, max=self.config.batch.max_backoff_s),
-                stop=stop_never, reraise=True,
-                before_sleep=lambda s: log.warning("cannot store a source cursor or epoch yet "
-                                                   "(%s); retrying", s.outcome and
-                                                   s.outcome.exception())):
-                with attempt:
-                    if isinstance(needed, NotFollowed):
-                        await follower.follow(needed)
-                    else:
-                        await follower.enter(needed)
+    async def _prepare_after_io(self, record: ConsumerRecord[bytes, bytes],
+                                needed: SwitchFound | NotFollowed | LayoutChanged) -> Message:
+        """Prepares a record that needs I/O first, all rare: a new row layout (the table is
+        read again), the first record of a partition (its cursor is loaded) or a switch (its
+        epoch is stored)."""
+        for _ in range(4):  # a partition's first record may also be a switch, or a new layout
+            if isinstance(needed, LayoutChanged):
+                assert self._schemas is not None
+                table = self._tables[record.topic]
+                await self._schemas.changed(table.config, table.decoder, needed)
+            else:
+                await self._follow(needed)
             try:
                 return self._prepare(record)
-            except (SwitchFound, NotFollowed) as again:
+            except (SwitchFound, NotFollowed, LayoutChanged) as again:
                 needed = again
-        raise RuntimeError(f"{record.topic}[{record.partition}]@{record.offset}: its source "
-                           f"could not be followed ({needed!r})")
+        raise RuntimeError(f"{record.topic}[{record.partition}]@{record.offset}: could not "
+                           f"be prepared ({needed!r})")
+
+    async def _follow(self, needed: SwitchFound | NotFollowed) -> None:
+        follower = self._follower
+        assert follower is not None
+        # Stored in the search server: retried like a bulk while it is away.
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(transient),
+            wait=wait_random_exponential(multiplier=0.1, max=self.config.batch.max_backoff_s),
+            stop=stop_never, reraise=True,
+            before_sleep=lambda s: log.warning("cannot store a source cursor or epoch yet "
+                                               "(%s); retrying", s.outcome and
+                                               s.outcome.exception())):
+            with attempt:
+                if isinstance(needed, NotFollowed):
+                    await follower.follow(needed)
+                else:
+                    await follower.enter(needed)
 
     def _prepare(self, record: ConsumerRecord[bytes, bytes]) -> Message:
         table = self._tables[record.topic]
@@ -224,7 +240,7 @@ class Daemon:
                 assert self._follower is not None
                 epoch = self._follower.epoch(table.config, record, change.position)
             message.op = Op(table.config.alias, table.builder.write_for_change(change, epoch))
-        except (SwitchFound, NotFollowed):
+        except (SwitchFound, NotFollowed, LayoutChanged):
             raise
         except DecodeError as exc:
             message.error = (exc.kind, exc.reason)
@@ -269,6 +285,8 @@ class Daemon:
             if error is None:
                 continue
             record = message.record
+            if error[0] == MAPPING_CONFLICT:
+                error = (error[0], f"{error[1]}; {mapping_hint(message.table)}")
             letter = dead_letter_for(record, error[0], error[1], attempts)
             log.error("dead-lettering %s[%d]@%d: %s: %s", record.topic, record.partition,
                       record.offset, error[0], error[1])
@@ -412,6 +430,13 @@ class Daemon:
         await self._save_cursors(force=True)
         if self._failure is not None:
             raise self._failure
+
+
+def mapping_hint(table: TableConfig) -> str:
+    return (f"the mapping refuses the document: `indexer mappings validate` names the fields, "
+            f"`indexer mappings generate {table.table} --write` makes one that fits the table, "
+            f"`indexer reindex {table.table}` applies it, then `indexer dlq replay --table "
+            f"{table.table}`")
 
 
 def _ends_per_partition(messages: list[Message]) -> list[tuple[Message, Message]]:

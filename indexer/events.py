@@ -23,6 +23,9 @@ from indexer.config import ConfigError, ConnectorSettings
 Converter = Callable[[Any], Any]
 # (field name, converter) for the fields that need one; the rest pass through unchanged.
 RowPlan = tuple[tuple[str, Converter], ...]
+# A table's row as events show it: (field, its type in the schema), or (field, "") without
+# schemas, where only the names are known.
+Layout = frozenset[tuple[str, str]]
 
 OPS = frozenset({"c", "u", "r", "d"})
 SCHEMA_PREFIX = b'{"schema":'
@@ -32,6 +35,7 @@ SCHEMA_CACHE_SIZE = 64
 
 _COLUMN_TYPE = "__debezium.source.column.type"
 _COLUMN_LENGTH = "__debezium.source.column.length"
+_COLUMN_SCALE = "__debezium.source.column.scale"
 
 
 class DecodeError(ValueError):
@@ -41,6 +45,40 @@ class DecodeError(ValueError):
         super().__init__(reason)
         self.kind = kind
         self.reason = reason
+
+
+class LayoutChanged(Exception):
+    """A row whose layout the decoder has not accepted yet (a column added, dropped, renamed
+    or retyped, or the table's first event). Not an error: the caller learns what it needs
+    (column types from MySQL, a mapping update), calls :meth:`EnvelopeDecoder.accept` and
+    decodes the message again."""
+
+    def __init__(self, previous: Layout | None, current: Layout, schemaless: bool) -> None:
+        super().__init__(f"new row layout: {describe_change(previous, current)}")
+        self.previous = previous
+        self.current = current
+        self.schemaless = schemaless
+
+
+def layout_changes(previous: Layout | None,
+                   current: Layout) -> tuple[list[str], list[str], list[str]]:
+    """(fields added, fields removed, fields whose type changed), each sorted."""
+    before = dict(previous or ())
+    after = dict(current)
+    return (sorted(set(after) - set(before)), sorted(set(before) - set(after)),
+            sorted(n for n in set(after) & set(before) if after[n] != before[n]))
+
+
+def describe_change(previous: Layout | None, current: Layout) -> str:
+    if previous is None:
+        return f"{len(current)} fields"
+    added, removed, changed = layout_changes(previous, current)
+    dict_before, dict_after = dict(previous), dict(current)
+    parts = [f"added {', '.join(added)}" if added else "",
+             f"removed {', '.join(removed)}" if removed else "",
+             "changed " + ", ".join(f"{n} ({dict_before[n]} -> {dict_after[n]})"
+                                    for n in changed) if changed else ""]
+    return "; ".join(p for p in parts if p) or "no field changed"
 
 
 class Position(msgspec.Struct, gc=False):
@@ -160,6 +198,43 @@ def row_plan(struct_schema: Mapping[str, Any]) -> RowPlan:
     return tuple(plan)
 
 
+def layout_of(struct_schema: Mapping[str, Any]) -> Layout:
+    return frozenset((str(f.get("field")), _field_type(f))
+                     for f in struct_schema.get("fields", []))
+
+
+def _field_type(schema: Mapping[str, Any]) -> str:
+    """A field's type as its schema tells it: the logical or Connect type, plus the
+    propagated column type and size when the connector sends them."""
+    params: Mapping[str, Any] = schema.get("parameters") or {}
+    text = str(schema.get("name") or schema.get("type") or "").rsplit(".", 1)[-1]
+    if _COLUMN_TYPE in params:
+        text += f" {params[_COLUMN_TYPE]}"
+    sizes = [str(params[k]) for k in (_COLUMN_LENGTH, _COLUMN_SCALE) if k in params]
+    if not sizes and "scale" in params:
+        sizes = [str(params["scale"])]
+    return f"{text}({','.join(sizes)})" if sizes else text
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    steps: RowPlan
+    layout: Layout | None  # None without schemas: each row's own field names are its layout
+
+
+def column_hint(data_type: str, column_type: str, scale: int) -> str:
+    """The ``column_types`` hint for a column as information_schema describes it."""
+    if data_type == "decimal":
+        return f"decimal(65,{scale})"
+    if data_type in ("datetime", "timestamp", "time"):
+        return f"{data_type}({scale})"
+    if data_type == "bigint" and "unsigned" in column_type:
+        return "bigint unsigned"
+    if data_type in ("bit", "tinyint"):
+        return column_type.split(" ")[0]  # bit(n); tinyint(1) is MySQL's BOOLEAN
+    return data_type
+
+
 def apply_plan(row: dict[str, Any], plan: RowPlan) -> dict[str, Any]:
     for name, convert in plan:
         value = row.get(name)
@@ -211,6 +286,9 @@ def hinted_field_schema(column: str, hint: str, connector: ConnectorSettings) ->
         schema["name"] = f"io.debezium.time.{'MicroTime' if micro else 'Time'}"
     elif base == "float":
         schema["type"] = "float"
+    elif base in ("bool", "boolean") or (base == "tinyint" and length == 1):
+        params[_COLUMN_TYPE] = "BOOLEAN"  # 0/1, as a row read from MySQL has it
+        schema["type"] = "boolean"
     elif base == "json":
         schema["name"] = "io.debezium.data.Json"
     elif base == "set":
@@ -232,11 +310,11 @@ class _Plans:
 
     def __init__(self, row_schema: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         self._row_schema = row_schema
-        self._by_schema: dict[bytes, RowPlan] = {}
+        self._by_schema: dict[bytes, Plan] = {}
         self._last_prefix = b"\x00"  # never a message's start
-        self._last_plan: RowPlan = ()
+        self._last_plan = Plan((), None)
 
-    def split(self, raw: bytes) -> tuple[int, RowPlan] | None:
+    def split(self, raw: bytes) -> tuple[int, Plan] | None:
         """(where the payload starts, its plan), or None if this is not the compact
         ``{"schema":...,"payload":...}`` layout JsonConverter writes.
 
@@ -264,7 +342,7 @@ class _Plans:
         self._last_plan = plan
         return len(self._last_prefix), plan
 
-    def plan(self, schema: Any) -> RowPlan:
+    def plan(self, schema: Any) -> Plan:
         """The plan of a parsed schema (the whole-message path does not cache it)."""
         return plan_for(schema, self._row_schema)
 
@@ -273,17 +351,50 @@ class _Plans:
 
 
 class EnvelopeDecoder:
-    """Decodes one table's topic. Holds only a cache of parsed schemas."""
+    """Decodes one table's topic. Holds a cache of parsed schemas, the column types used
+    for messages without schemas, and the row layouts accepted so far."""
 
-    def __init__(self, connector: ConnectorSettings, column_types: Mapping[str, str]) -> None:
-        self._schemaless_plan = row_plan(
-            {"fields": [hinted_field_schema(c, t, connector) for c, t in column_types.items()]}
-        )
+    def __init__(self, connector: ConnectorSettings, column_types: Mapping[str, str], *,
+                 watch_layouts: bool = False) -> None:
+        self._connector = connector
+        self._watch = watch_layouts  # raise LayoutChanged (the daemon), or accept silently
+        self._hints = dict(column_types)
+        self._schemaless = Plan(_hinted_plan(self._hints, connector), None)
         self._value_plans = _Plans(_envelope_row_schema)
         self._key_plans = _Plans(lambda schema: schema)
+        self._layout: Layout | None = None
+        self._names: frozenset[str] = frozenset()
+        self._seen: set[Layout] = set()
+
+    def learn_types(self, column_types: Mapping[str, str]) -> None:
+        """The table's column types (from MySQL) for messages without schemas; the
+        configured ``column_types`` still override them. A type the decoder does not know
+        passes its values through unchanged."""
+        known = {}
+        for column, hint in column_types.items():
+            try:
+                hinted_field_schema(column, hint, self._connector)
+            except ConfigError:
+                continue
+            known[column] = hint
+        self._schemaless = Plan(_hinted_plan(known | self._hints, self._connector), None)
+
+    def accept(self, layout: Layout) -> None:
+        """Rows of this layout decode from now on without :class:`LayoutChanged`."""
+        if len(self._seen) >= SCHEMA_CACHE_SIZE:
+            self._seen.clear()
+        self._seen.add(layout)
+        self._switch(layout)
+
+    @property
+    def layout(self) -> Layout | None:
+        return self._layout
 
     def decode(self, key: bytes | None, value: bytes | None) -> Change | None:
-        """A change, or None for Debezium's tombstone (the null value after a delete)."""
+        """A change, or None for Debezium's tombstone (the null value after a delete).
+
+        Watching layouts, raises :class:`LayoutChanged` before decoding a row of a layout
+        not accepted yet (the first one is accepted as it comes)."""
         if value is None:
             return None
         envelope, plan = self._envelope(value)
@@ -293,10 +404,15 @@ class EnvelopeDecoder:
         before, after = envelope.before, envelope.after
         if (op == "d" and before is None) or (op != "d" and after is None):
             raise DecodeError("undecodable", f"op {op!r} without its row image")
+        if plan.layout is not self._layout or plan.layout is None:  # None: no schema
+            row = after if after is not None else before
+            assert row is not None
+            self._check_layout(plan.layout, row)
+        steps = plan.steps
         if before is not None:
-            apply_plan(before, plan)
+            apply_plan(before, steps)
         if after is not None:
-            apply_plan(after, plan)
+            apply_plan(after, steps)
         position = envelope.source
         if position is None:
             raise DecodeError("undecodable", "the envelope has no source block")
@@ -304,7 +420,24 @@ class EnvelopeDecoder:
             position.ts_ms = envelope.ts_ms or 0
         return Change(op, self.decode_key(key), before, after, position)
 
-    def _envelope(self, raw: bytes) -> tuple[_Envelope, RowPlan]:
+    def _check_layout(self, layout: Layout | None, row: dict[str, Any]) -> None:
+        schemaless = layout is None
+        if layout is None:
+            if row.keys() == self._names:
+                return
+            layout = frozenset((name, "") for name in row)
+        if layout in self._seen:  # a layout accepted before (events of an older version)
+            self._switch(layout)
+            return
+        if self._watch and self._layout is not None:
+            raise LayoutChanged(self._layout, layout, schemaless)
+        self.accept(layout)
+
+    def _switch(self, layout: Layout) -> None:
+        self._layout = layout
+        self._names = frozenset(name for name, _ in layout)
+
+    def _envelope(self, raw: bytes) -> tuple[_Envelope, Plan]:
         try:
             found = self._value_plans.split(raw) if raw.endswith(b"}") else None
             if found is not None:
@@ -315,7 +448,7 @@ class EnvelopeDecoder:
                     pass  # not the layout we expected: decode the whole message below
             message = _ENVELOPE.decode(raw)
             if not (message.schema and message.payload):
-                return message, self._schemaless_plan
+                return message, self._schemaless
             plan = self._value_plans.plan(orjson.loads(bytes(message.schema)))
             return _ENVELOPE.decode(message.payload), plan
         except msgspec.ValidationError as exc:
@@ -330,9 +463,9 @@ class EnvelopeDecoder:
         payload, plan = self._parse_key(key)
         if type(payload) is not dict or not payload:
             raise DecodeError("undecodable", "the key is not a JSON object of key columns")
-        return apply_plan(payload, plan)
+        return apply_plan(payload, plan.steps)
 
-    def _parse_key(self, raw: bytes) -> tuple[Any, RowPlan]:
+    def _parse_key(self, raw: bytes) -> tuple[Any, Plan]:
         """JSON, or JSON wrapped in ``{"schema", "payload"}``."""
         plans = self._key_plans
         found = (plans.split(raw) if raw.startswith(SCHEMA_PREFIX) and raw.endswith(b"}")
@@ -351,7 +484,7 @@ class EnvelopeDecoder:
             "schema" in message
         ):
             return message["payload"], plans.plan(message["schema"])
-        return message, self._schemaless_plan
+        return message, self._schemaless
 
 
 def _unsupported(op: str | None) -> DecodeError:
@@ -364,10 +497,16 @@ def _unsupported(op: str | None) -> DecodeError:
     return DecodeError("unsupported-op", f"op {op!r} is not one of c, u, r, d")
 
 
-def plan_for(schema: Any, row_schema: Callable[[dict[str, Any]], dict[str, Any]]) -> RowPlan:
+def plan_for(schema: Any, row_schema: Callable[[dict[str, Any]], dict[str, Any]]) -> Plan:
     if not isinstance(schema, dict):
         raise DecodeError("undecodable", "the schema is not a JSON object")
-    return row_plan(row_schema(schema))
+    struct = row_schema(schema)
+    return Plan(row_plan(struct), layout_of(struct))
+
+
+def _hinted_plan(column_types: Mapping[str, str], connector: ConnectorSettings) -> RowPlan:
+    return row_plan({"fields": [hinted_field_schema(c, t, connector)
+                                for c, t in column_types.items()]})
 
 
 def _envelope_row_schema(envelope_schema: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from indexer.config import Config, TableConfig, VersionSource
 from indexer.dlq import DeadLetter
 from indexer.documents import META_FIELD, DocumentBuilder, document_id, unpack_binlog_version
 from indexer.events import DecodeError, EnvelopeDecoder
+from indexer.sink.elasticsearch import MAPPING_CONFLICT, MAPPING_ERRORS
 from indexer.sink.search import SearchClient
 from indexer.sink.state import StateStore
 from indexer.source import mysql
@@ -31,9 +32,8 @@ EVENTS_SHOWN = 5  # the key's most recent events listed
 # Records read per partition looking for the key: ~3 s here (a 200,000-event topic: 4.5 s
 # for the whole command, 131 MB peak RSS).
 DEFAULT_SCAN_BUDGET = 50_000
-# Dead-letter reasons that a mapping change fixes (the rest need the message or settings fixed).
-MAPPING_ERRORS = ("mapper_parsing_exception", "document_parsing_exception",
-                  "strict_dynamic_mapping_exception", "illegal_argument_exception")
+# Dead-letter kinds that a mapping change fixes (letters of older versions carry the server's).
+MAPPING_KINDS = (MAPPING_CONFLICT, *MAPPING_ERRORS)
 
 
 @dataclass
@@ -144,7 +144,7 @@ def _fix(table: TableConfig, events: list[Event], letters: list[Letter]) -> str:
     if letters:
         letter = letters[0]
         replay = f"indexer dlq replay --table {table.table}"
-        if letter.kind in MAPPING_ERRORS:
+        if letter.kind in MAPPING_KINDS:
             return (f"its change was dead-lettered ({letter.kind}: {letter.reason}): fix "
                     f"mappings/{table.mapping}, run `indexer reindex {table.table}`, then "
                     f"`{replay}`")

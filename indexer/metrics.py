@@ -51,6 +51,9 @@ class Metrics:
         self.source_switches = Counter("indexer_source_switches", "Switches of a table's source "
                                        "server (fail-over, RESET MASTER) turned into a new "
                                        "version epoch", ["table"], registry=r)
+        self.layout_changes = Counter("indexer_layout_changes", "New row layouts seen in a "
+                                      "table's events (columns added, dropped, renamed or "
+                                      "retyped)", ["table"], registry=r)
         self.version_epoch = Gauge("indexer_version_epoch", "The version epoch a table's "
                                    "binlog versions are in (0 until a source switch)",
                                    ["table"], registry=r)

@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 BULK_FILTER = "errors,items.*.status,items.*.error.type,items.*.error.reason"
 # Statuses that say "not now": retried until they pass, never dead-lettered.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# Refusals a mapping change fixes: dead-lettered as MAPPING_CONFLICT, the server's own type
+# kept in the reason.
+MAPPING_ERRORS = ("mapper_parsing_exception", "document_parsing_exception",
+                  "strict_dynamic_mapping_exception", "illegal_argument_exception")
+MAPPING_CONFLICT = "mapping-conflict"
 # A 500 for one item may be permanent; it gets this many tries before the dead-letter topic.
 MAX_SERVER_ERROR_ATTEMPTS = 8
 
@@ -198,6 +203,9 @@ class ElasticsearchSink:
                 # A kept or rebuilding index refused what the live one is asked too: the
                 # live answer decides; this index is marked as having missed a write.
                 refused_elsewhere.append((index, op, f"{kind}: {reason}"))
+            elif kind in MAPPING_ERRORS:
+                op.outcome = Outcome.FAILED
+                op.error_kind, op.error_reason = MAPPING_CONFLICT, f"{index}: {kind}: {reason}"
             else:
                 op.outcome = Outcome.FAILED
                 op.error_kind, op.error_reason = kind, f"{index}: {reason}"

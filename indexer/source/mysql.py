@@ -100,9 +100,10 @@ def _tls(settings: MySQLSettings) -> dict[str, Any]:
 
 def _fetch_all(settings: MySQLSettings, database: str, query: str,
                args: Sequence[Any] | None = None) -> tuple[tuple[Any, ...], ...]:
-    """One query on a connection of its own: callers run in worker threads, side by side."""
+    """One query on a connection of its own: callers run in worker threads, side by side.
+    Always formatted (no arguments is an empty tuple), so a literal '%' is written '%%'."""
     with connect(settings, database) as conn, conn.cursor() as cur:
-        cur.execute(query, args)
+        cur.execute(query, tuple(args or ()))
         return tuple(cur.fetchall())
 
 
@@ -483,7 +484,8 @@ def hash_sql(fields: Sequence[Field], flavor: Flavor = "mariadb") -> str:
 
 
 def _literal(text: str) -> str:
-    return "'" + pymysql.converters.escape_string(text) + "'"
+    """A string literal for queries run through _fetch_all (which always formats them)."""
+    return "'" + pymysql.converters.escape_string(text).replace("%", "%%") + "'"
 
 
 def id_sql(layout: TableLayout) -> str:
@@ -517,14 +519,14 @@ def chunk_sums(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Fi
     row_hash = hash_sql(fields, layout.flavor)
     found = _fetch_all(settings, layout.database,
                        f"SELECT {chunk} AS chunk, COUNT(*), SUM({row_hash}) "
-                       f"FROM {layout.qualified} {where} GROUP BY chunk", args or None)
+                       f"FROM {layout.qualified} {where} GROUP BY chunk", args)
     return {int(c): ChunkSum(int(c), int(n), int(h)) for c, n, h in found}
 
 
 def _chunk_sql(layout: TableLayout, width: int) -> str:
     if layout.integer_key:
         return f"FLOOR({_quote(layout.key[0].name)} / {int(width)})"
-    return f"CRC32({id_sql(layout)}) % {KEY_BUCKETS}"
+    return f"MOD(CRC32({id_sql(layout)}), {KEY_BUCKETS})"
 
 
 def chunk_rows(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Field],

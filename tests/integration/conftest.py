@@ -37,6 +37,7 @@ DATABASE = "indexer_test"
 TOPIC_PREFIX = "mysql"
 SENTINEL_ID = 987654321  # a key no test uses for its own rows
 CONNECT = f"http://127.0.0.1:{os.environ.get('CONNECT_PORT', '8083')}"  # Kafka Connect's REST
+CONNECTOR = os.environ.get("CONNECTOR_NAME", "indexer-mariadb")  # the stack's Debezium
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 

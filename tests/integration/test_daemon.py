@@ -151,14 +151,17 @@ async def test_poison_messages_are_dead_lettered_and_good_events_indexed(
     # A column the strict mapping does not know: Elasticsearch refuses the document.
     sql(db, f"ALTER TABLE `{table.name}` ADD COLUMN colour VARCHAR(10) NULL")
     sql(db, f"INSERT INTO `{table.name}` VALUES (3, 'c', 3, 3, 'red')")
-    config = make_config(table.entry())
+    # new_columns = "keep": the mapping is the user's (the default maps the column).
+    config = make_config(table.entry(new_columns="keep"))
     async with running(config):
         dead = await read_topic(config.kafka.dead_letter_topic, 4)
         letters = [DeadLetter.from_headers(list(r.headers)) for r in dead]
         assert all(letter is not None for letter in letters)
         kinds = sorted(letter.kind for letter in letters if letter)
-        assert kinds == ["strict_dynamic_mapping_exception", "undecodable", "undecodable",
-                         "unsupported-op"]
+        assert kinds == ["mapping-conflict", "undecodable", "undecodable", "unsupported-op"]
+        (refused,) = [letter for letter in letters if letter and letter.kind == "mapping-conflict"]
+        assert "strict_dynamic_mapping_exception" in refused.reason
+        assert f"indexer mappings generate {table.name} --write" in refused.reason
         first = dead[0]
         assert (first.key, first.value) == poison[0][:2]
         assert ("trace-id", b"abc") in list(first.headers)
@@ -174,8 +177,8 @@ async def test_poison_messages_are_dead_lettered_and_good_events_indexed(
     await es.put_mapping(index, {"colour": {"type": "keyword"}})
     from indexer.dlq import ReplayFilter, replay
 
-    report = await replay(config.kafka, ReplayFilter(kinds=frozenset(
-        {"strict_dynamic_mapping_exception"})), dry_run=False)
+    report = await replay(config.kafka, ReplayFilter(kinds=frozenset({"mapping-conflict"})),
+                          dry_run=False)
     assert (report.read, report.matched, report.replayed) == (4, 1, 1)
     async with running(config):
         await wait_until(lambda: _has(es, table.alias, "3"), 30, "replayed row 3")

@@ -16,6 +16,7 @@ from indexer.sink.search import SearchClient
 from tests.integration.conftest import (
     COLUMNS,
     CONNECT,
+    CONNECTOR,
     expected_rows,
     live_index,
     rest,
@@ -27,9 +28,6 @@ from tests.integration.conftest import (
     wait_until,
 )
 from tests.integration.test_cli import indexer
-
-CONNECTOR = os.environ.get("CONNECTOR_NAME", "indexer-mariadb")
-
 
 # `name` mapped as a number: a row whose name is not one is refused and dead-lettered.
 NAME_AS_NUMBER = {"settings": {"index": {"number_of_replicas": 0}},
@@ -106,7 +104,7 @@ async def test_explain_in_sync_stale_missing_deleted_dead_lettered_and_waiting(
         # Dead-lettered: the reason, and the fix through the mapping and a replay.
         code, found, _ = await explained(config_file, name, "5")
         (letter,) = found["dead_letters"]
-        assert letter["kind"] in ("document_parsing_exception", "mapper_parsing_exception")
+        assert letter["kind"] == "mapping-conflict"
         fix = found["verdict"]["fix"]
         assert f"mappings/{table.alias}.json" in fix and f"indexer reindex {name}" in fix
         assert "indexer dlq replay" in fix

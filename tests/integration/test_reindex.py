@@ -261,7 +261,7 @@ async def test_after_a_reindex_only_the_live_index_decides(
         registry = daemon.metrics.registry
         name = table.entry()["name"]
         assert registry.get_sample_value("indexer_dead_lettered_total",
-                                         {"table": name, "kind": "document_parsing_exception"}
+                                         {"table": name, "kind": "mapping-conflict"}
                                          ) is None
         assert registry.get_sample_value("indexer_kept_index_rejected_total",
                                          {"index": old}) == 1.0

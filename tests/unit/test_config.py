@@ -41,6 +41,7 @@ def test_file_plus_environment(tmp_path: Path) -> None:
     ({"tables": [TABLE | {"alias": "Bad Alias"}]}, "alias"),
     ({"tables": [TABLE | {"colour": 1}]}, r"tables\[0\].colour: unknown"),
     ({"tables": [TABLE | {"include": ["a"], "exclude": ["b"]}]}, "not both"),
+    ({"tables": [TABLE | {"new_columns": "ignore"}]}, r"new_columns: expected \"map\""),
     ({"tables": [TABLE, TABLE]}, "used by two tables"),
     ({"tables": [TABLE], "kafka": {"nope": 1}}, "kafka.nope: unknown"),
     ({"tables": [TABLE], "batch": {"max_events": "many"}}, "batch.max_events"),
@@ -133,6 +134,9 @@ def test_table_settings_from_the_environment(tmp_path: Path) -> None:
         items, log = config.tables
         assert items.include == ("a", "b") and log.exclude == ("a", "b")
         assert items.rename == {"a": "title"}
+        assert items.new_columns == "map"  # the default
+    keep = load_config(path, {"INDEXER_TABLES__ITEMS__NEW_COLUMNS": "keep"})
+    assert keep.tables[0].new_columns == "keep"
     with pytest.raises(ConfigError, match="INDEXER_TABLES__NOPE__INCLUDE: no configured table"):
         load_config(path, {"INDEXER_TABLES__NOPE__INCLUDE": "a"})
     with pytest.raises(ConfigError, match=r"tables\[shop.items\].include: not a JSON list"):

@@ -2,7 +2,16 @@ import orjson
 import pytest
 
 from indexer.config import ConfigError, ConnectorSettings
-from indexer.events import DecodeError, EnvelopeDecoder, field_converter, hinted_field_schema
+from indexer.events import (
+    DecodeError,
+    EnvelopeDecoder,
+    LayoutChanged,
+    column_hint,
+    describe_change,
+    field_converter,
+    hinted_field_schema,
+    layout_changes,
+)
 
 Messages = list[tuple[bytes | None, bytes | None]]
 
@@ -165,3 +174,91 @@ def test_float_columns_become_the_double_their_32_bits_widen_to() -> None:
         assert convert is not None and convert(123456.7) == 123456.703125
         assert convert(16777217) == 16777216.0
     assert field_converter({"type": "double"}) is None  # a DOUBLE is left as it is
+
+
+def _with_column(value: bytes, name: str, field: dict[str, object], data: object) -> bytes:
+    message = orjson.loads(value)
+    row_schema = message["schema"]["fields"][1]
+    row_schema["fields"].append({**field, "field": name})
+    message["schema"]["fields"][0] = row_schema | {"field": "before"}
+    message["payload"]["after"][name] = data
+    return orjson.dumps(message)
+
+
+def test_a_new_layout_stops_the_watching_decoder_until_accepted(lifecycle: Messages) -> None:
+    key, value = lifecycle[0]
+    assert value is not None
+    d = EnvelopeDecoder(ConnectorSettings(), {}, watch_layouts=True)
+    d.decode(key, value)  # the first layout is taken as it comes
+    first = d.layout
+    added = _with_column(value, "born", {"type": "int32", "name": "io.debezium.time.Date"}, 1)
+    with pytest.raises(LayoutChanged) as raised:
+        d.decode(key, added)
+    change = raised.value
+    assert change.previous == first and not change.schemaless
+    assert layout_changes(change.previous, change.current) == (["born"], [], [])
+    assert describe_change(change.previous, change.current) == "added born"
+    d.accept(change.current)
+    decoded = d.decode(key, added)
+    assert decoded is not None and decoded.after is not None
+    assert decoded.after["born"] == "1970-01-02"
+    d.decode(key, value)  # an older layout, accepted before: no stop
+    assert d.layout == first
+    # Not watching (explain, status): every layout is accepted as it comes.
+    assert EnvelopeDecoder(ConnectorSettings(), {}).decode(key, added) is not None
+
+
+def test_a_retyped_field_is_a_new_layout(lifecycle: Messages) -> None:
+    key, value = lifecycle[0]
+    assert value is not None
+    message = orjson.loads(value)
+    d = EnvelopeDecoder(ConnectorSettings(), {}, watch_layouts=True)
+    d.decode(key, value)
+    for struct in message["schema"]["fields"][:2]:
+        for field in struct["fields"]:
+            if field["field"] == "id":
+                field["type"] = "int64"
+    with pytest.raises(LayoutChanged) as raised:
+        d.decode(key, orjson.dumps(message))
+    added, removed, changed = layout_changes(raised.value.previous, raised.value.current)
+    assert (added, removed, changed) == ([], [], ["id"])
+    assert "id (int32 -> int64)" in describe_change(raised.value.previous, raised.value.current)
+
+
+def test_without_schemas_new_column_names_stop_it_and_mysql_types_decode(
+        lifecycle: Messages) -> None:
+    key, value = lifecycle[0]
+    assert key is not None and value is not None
+    bare_key = orjson.dumps(orjson.loads(key)["payload"])
+    payload = orjson.loads(value)["payload"]
+    d = EnvelopeDecoder(ConnectorSettings(), {"name": "varchar(10)"}, watch_layouts=True)
+    d.learn_types({"id": "int", "name": "varchar", "price": "decimal(65,2)", "geo": "point"})
+    first = d.decode(bare_key, orjson.dumps(payload))
+    assert first is not None and first.after == {"id": 1, "name": "a", "price": "1.50"}
+    payload["after"]["born"] = 19782
+    with pytest.raises(LayoutChanged) as raised:
+        d.decode(bare_key, orjson.dumps(payload))
+    assert raised.value.schemaless
+    assert layout_changes(raised.value.previous, raised.value.current) == (["born"], [], [])
+    d.learn_types({"id": "int", "price": "decimal(65,2)", "born": "date"})
+    d.accept(raised.value.current)
+    again = d.decode(bare_key, orjson.dumps(payload))
+    assert again is not None and again.after is not None and again.after["born"] == "2024-02-29"
+
+
+@pytest.mark.parametrize(("data_type", "column_type", "scale", "hint"), [
+    ("decimal", "decimal(10,2)", 2, "decimal(65,2)"), ("datetime", "datetime(3)", 3, "datetime(3)"),
+    ("bigint", "bigint(20) unsigned", 0, "bigint unsigned"), ("bigint", "bigint(20)", 0, "bigint"),
+    ("tinyint", "tinyint(1)", 0, "tinyint(1)"), ("bit", "bit(12)", 0, "bit(12)"),
+    ("set", "set('a','b')", 0, "set"), ("json", "longtext", 0, "json"),
+    ("float", "float", 0, "float"),
+])
+def test_hints_from_information_schema(data_type: str, column_type: str, scale: int,
+                                       hint: str) -> None:
+    assert column_hint(data_type, column_type, scale) == hint
+    hinted_field_schema("c", hint, ConnectorSettings())  # every one is a known hint
+
+
+def test_tinyint_1_is_mysqls_boolean() -> None:
+    convert = field_converter(hinted_field_schema("flag", "tinyint(1)", ConnectorSettings()))
+    assert convert is not None and convert(True) == 1 and convert(0) == 0
