@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 import pymysql
+from tenacity import AsyncRetrying, retry_if_exception, stop_never, wait_random_exponential
 
 from indexer import admin, field_types
 from indexer.config import Config, ConfigError, TableConfig
@@ -27,6 +28,7 @@ from indexer.events import (
     describe_change,
     layout_changes,
 )
+from indexer.follower import transient
 from indexer.mappings import sync_alias
 from indexer.metrics import Metrics
 from indexer.sink.search import SearchClient, SearchError
@@ -85,21 +87,31 @@ class SchemaWatch:
         if not wanted:
             return
         try:
-            mappings = await self._client.request("GET", f"/{sync_alias(table.alias)}/_mapping")
-            if self._capabilities is None:
-                self._capabilities = await admin.field_capabilities(self._client, table.alias)
-            for index, body in mappings.items():
-                known = _properties(body)
-                new = {field: field_types.field_for(column, self._capabilities)
-                       for field, column in wanted.items() if field not in known}
-                if new:
-                    await self._client.put_mapping(index, new)
-                    log.info("table %s: mapped new fields in %s: %s", table.name, index,
-                             ", ".join(f"{f} ({spec['type']})" for f, spec in new.items()))
+            # While the search server is away, as a bulk would: the fields must exist first.
+            async for attempt in AsyncRetrying(
+                    retry=retry_if_exception(transient), stop=stop_never, reraise=True,
+                    wait=wait_random_exponential(multiplier=0.1,
+                                                 max=self._config.batch.max_backoff_s)):
+                with attempt:
+                    await self._put_fields(table, wanted)
         except SearchError as exc:
             log.warning("table %s: could not map the new fields %s (%s); documents the "
                         "mapping refuses are dead-lettered as mapping-conflict", table.name,
                         ", ".join(sorted(wanted)), exc)
+
+
+    async def _put_fields(self, table: TableConfig, wanted: dict[str, mysql.Column]) -> None:
+        mappings = await self._client.request("GET", f"/{sync_alias(table.alias)}/_mapping")
+        if self._capabilities is None:
+            self._capabilities = await admin.field_capabilities(self._client, table.alias)
+        for index, body in mappings.items():
+            known = _properties(body)
+            new = {field: field_types.field_for(column, self._capabilities)
+                   for field, column in wanted.items() if field not in known}
+            if new:
+                await self._client.put_mapping(index, new)
+                log.info("table %s: mapped new fields in %s: %s", table.name, index,
+                         ", ".join(f"{f} ({spec['type']})" for f, spec in new.items()))
 
 
 def column_hints(layout: mysql.TableLayout) -> dict[str, str]:
