@@ -41,6 +41,7 @@ from indexer.documents import (
 )
 from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
+from indexer.reindex import reindex
 from indexer.sink.elasticsearch import ElasticsearchSink, Op, Outcome
 from indexer.sink.search import SearchClient
 from indexer.sink.state import StateStore
@@ -56,6 +57,15 @@ SETTLE_S = 2.0
 # MySQL scans for the chunk sums run in this many key slices at once: one per core here.
 SCAN_PARALLEL = 2
 UNCHUNKED = -(2**63)  # the chunk of an id that cannot be an integer key
+# After repairing more chunks than this, new chunk sums (a few seconds) pick the ones to
+# compare again row by row, rather than comparing them all.
+RECHECK_BY_SUMS_ABOVE = 4 * DRILL_CHUNKS
+# A repair that would rewrite more than this share of a table's rows (a column added with a
+# default, a rename) runs a reindex instead: a fresh index loads faster than as many
+# documents are replaced in place (1M rows here: 30 s against 55 s). Small tables are
+# rewritten in place whatever the share.
+REINDEX_ABOVE_SHARE = 0.5
+REINDEX_MIN_ROWS = 50_000
 
 
 @dataclass
@@ -140,10 +150,15 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
         client = sink.client
         await client.refresh(table.alias)
         report.notes += await _old_checksums(client, table.alias)
-        progress("chunk sums", 0, 1)
-        sql_sums, es_sums = await asyncio.gather(
-            _sql_sums(config, plan, parallel), _es_sums(client, table.alias, plan))
-        progress("chunk sums", 1, 1)
+
+        async def sums() -> tuple[dict[int, mysql.ChunkSum], dict[int, tuple[int, int]]]:
+            progress("chunk sums", 0, 1)
+            found = await asyncio.gather(_sql_sums(config, plan, parallel),
+                                         _es_sums(client, table.alias, plan))
+            progress("chunk sums", 1, 1)
+            return found
+
+        sql_sums, es_sums = await sums()
         report.rows = sum(s.rows for s in sql_sums.values())
         report.documents = sum(n for n, _ in es_sums.values())
         chunks = sorted(set(sql_sums) | set(es_sums))
@@ -165,12 +180,37 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
             report.rechecked = len(found)
             found = {i: kind for i, kind in again.items() if found.get(i) == kind}
         if repair and found:
-            report.repaired = await _repair(config, sink, table, builder, plan, found)
+            if _rebuild(found, report.rows):
+                report.repaired = await _rebuild_by_reindex(config, table, found, report,
+                                                            progress)
+            else:
+                report.repaired = await _repair(config, sink, table, builder, plan, found)
             await client.refresh(table.alias)
-            found = await differences(_chunks_of(plan, found))
+            repaired = _chunks_of(plan, found)
+            if len(repaired) > RECHECK_BY_SUMS_ABOVE:  # the sums first: most now agree
+                sql_sums, es_sums = await sums()
+                repaired = [c for c in repaired
+                            if _sums(sql_sums, c) != es_sums.get(c, (0, 0))]
+            found = await differences(repaired)
         _fill(report, plan, found, sql_sums, es_sums)
     report.seconds = round(time.monotonic() - started, 3)
     return report
+
+
+def _rebuild(found: dict[str, str], rows: int) -> bool:
+    fix = sum(1 for kind in found.values() if kind != "extra")
+    return fix >= REINDEX_MIN_ROWS and fix > REINDEX_ABOVE_SHARE * rows
+
+
+async def _rebuild_by_reindex(config: Config, table: TableConfig, found: dict[str, str],
+                              report: Report, progress: Progress) -> dict[str, int]:
+    fix = sum(1 for kind in found.values() if kind != "extra")
+    result = await reindex(config, table, progress=progress)
+    report.notes.append(f"{fix:,} of {report.rows:,} rows differed: rebuilt by a reindex into "
+                        f"{result.index} (the previous index is kept for `indexer reindex "
+                        f"--rollback` until `indexer reindex --delete-old`)")
+    return {"rewritten": result.written, "tombstoned": len(found) - fix,
+            "refused_as_newer": result.stale}
 
 
 async def _old_checksums(client: SearchClient, alias: str) -> list[str]:
@@ -332,6 +372,7 @@ async def _repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
 
     snapshot = await asyncio.to_thread(mysql.Snapshot, config.mysql, plan.layout)
     reading: asyncio.Task[list[tuple[mysql.Row, mysql.Row]] | None] | None = None
+    writing: set[asyncio.Task[None]] = set()
     try:
         position = snapshot.position
         snapshot_version = 0
@@ -340,17 +381,27 @@ async def _repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
                 table.alias, file_number(position.file), position.pos, position.ts_ms,
                 "repair")
             snapshot_version = pack_binlog_version(position.file, position.pos, 0, epoch)
-        pages = snapshot.pages_for_ids(fix)
+        pages = snapshot.pages_for_ids(fix, config.batch.max_events)
         reading = asyncio.create_task(asyncio.to_thread(next, pages, None))
         while (page := await reading) is not None:
             reading = asyncio.create_task(asyncio.to_thread(next, pages, None))  # read ahead
             # Column versions: the document may carry the row's own version with other
             # content (changed behind the pipeline's back), so an equal version must win.
-            await write([Op(table.alias, builder.write_for_row(
+            ops = [Op(table.alias, builder.write_for_row(
                 key, row, snapshot_version if binlog else builder.row_version(row)),
-                version_type="external" if binlog else "external_gte") for key, row in page])
+                version_type="external" if binlog else "external_gte") for key, row in page]
+            if len(writing) >= config.batch.in_flight:  # as many bulks at once as the daemon
+                done, writing = await asyncio.wait(writing, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()
+            writing.add(asyncio.create_task(write(ops)))
             counts["rewritten"] += len(page)
+        for task in writing:
+            await task
     finally:
+        for task in writing:
+            task.cancel()
+        await asyncio.gather(*writing, return_exceptions=True)
         if reading is not None:  # its thread uses the connection: let it end first
             await asyncio.wait([reading])
             if not reading.cancelled():

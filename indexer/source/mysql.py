@@ -355,7 +355,8 @@ class Snapshot:
         """The rows behind these document ids, inside the snapshot (absent ids are skipped)."""
         return [found for page in self.pages_for_ids(ids) for found in page]
 
-    def pages_for_ids(self, ids: Sequence[str]) -> Iterator[list[tuple[Row, Row]]]:
+    def pages_for_ids(self, ids: Sequence[str],
+                      page_rows: int = FETCH_ROWS) -> Iterator[list[tuple[Row, Row]]]:
         """Pages of the rows behind these ids: looked up by id while they are few, else one
         streamed scan of the table (a reindex's cost) keeping the wanted ones."""
         scan_above = SCAN_ABOVE_IDS if self.layout.integer_key else IDS_PER_LOOKUP
@@ -364,7 +365,7 @@ class Snapshot:
                 yield from self.rows(*ids_where(self.layout, ids[start:start + IDS_PER_LOOKUP]))
             return
         wanted = set(ids)
-        for page in self.rows():
+        for page in self.rows(page_rows=page_rows):
             if kept := [(key, row) for key, row in page if document_id(key) in wanted]:
                 yield kept
 

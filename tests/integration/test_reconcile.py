@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from indexer import reconcile as reconcile_module
 from indexer.reconcile import reconcile
 from indexer.sink.search import SearchClient
 from indexer.source import mysql
@@ -237,3 +238,13 @@ async def test_column_changes_are_seen_and_a_whole_table_repair_streams(
     docs = await documents(es, table.alias)
     assert docs["7"] == {"id": 7, "title": "name 7", "price": "7.00", "note": None, "flag": 1}
     assert (await reconcile(config, config.tables[0], settle_s=0)).clean
+    # Most of a (large) table differing: a reindex rebuilds it, faster than rewriting.
+    sql(db, f"ALTER TABLE `{table.name}` ADD COLUMN colour VARCHAR(8) NOT NULL DEFAULT 'red'")
+    monkeypatch.setattr(reconcile_module, "REINDEX_MIN_ROWS", 1000)
+    before = await live_index(es, table.alias)
+    rebuilt = await reconcile(config, config.tables[0], repair=True, settle_s=0)
+    assert rebuilt.clean and rebuilt.repaired == {
+        "rewritten": 3000, "tombstoned": 0, "refused_as_newer": 0}
+    assert any("rebuilt by a reindex" in note for note in rebuilt.notes)
+    assert await live_index(es, table.alias) != before
+    assert (await documents(es, table.alias))["7"]["colour"] == "red"
