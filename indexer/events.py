@@ -404,10 +404,12 @@ class EnvelopeDecoder:
         before, after = envelope.before, envelope.after
         if (op == "d" and before is None) or (op != "d" and after is None):
             raise DecodeError("undecodable", f"op {op!r} without its row image")
-        if plan.layout is not self._layout or plan.layout is None:  # None: no schema
+        layout = plan.layout
+        if layout is None or layout is not self._layout:  # None: no schema, the names count
             row = after if after is not None else before
             assert row is not None
-            self._check_layout(plan.layout, row)
+            if layout is not None or row.keys() != self._names:
+                self._check_layout(layout, row)
         steps = plan.steps
         if before is not None:
             apply_plan(before, steps)
@@ -423,8 +425,6 @@ class EnvelopeDecoder:
     def _check_layout(self, layout: Layout | None, row: dict[str, Any]) -> None:
         schemaless = layout is None
         if layout is None:
-            if row.keys() == self._names:
-                return
             layout = frozenset((name, "") for name in row)
         if layout in self._seen:  # a layout accepted before (events of an older version)
             self._switch(layout)
