@@ -456,7 +456,7 @@ def row_count_estimate(settings: MySQLSettings, layout: TableLayout) -> int:
 # --- reconciliation: the server computes per-row texts and checksums -----------------------
 
 def text_sql(column: Column, flavor: Flavor = "mariadb") -> str:
-    """SQL giving the column as the text :func:`indexer.documents.hash_text` gives its
+    """SQL giving the column as the text :func:`indexer.checksums.hash_text` gives its
     canonical value (NULL for NULL). JSON and SET texts are compact on MariaDB (its
     JSON_COMPACT) and spaced on MySQL 8, which renders JSON that way and cannot compact it."""
     c, t = _quote(column.name), column.data_type
