@@ -9,6 +9,7 @@ schemas, the encoding follows the connector settings plus per-column type hints.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -358,8 +359,9 @@ class EnvelopeDecoder:
                  watch_layouts: bool = False) -> None:
         self._connector = connector
         self._watch = watch_layouts  # raise LayoutChanged (the daemon), or accept silently
-        self._hints = dict(column_types)
-        self._schemaless = Plan(_hinted_plan(self._hints, connector), None)
+        # The configured hints' field schemas: a hint of an unknown type stops the start.
+        self._hinted = {c: hinted_field_schema(c, t, connector) for c, t in column_types.items()}
+        self._schemaless = Plan(row_plan({"fields": list(self._hinted.values())}), None)
         self._value_plans = _Plans(_envelope_row_schema)
         self._key_plans = _Plans(lambda schema: schema)
         self._layout: Layout | None = None
@@ -372,12 +374,10 @@ class EnvelopeDecoder:
         passes its values through unchanged."""
         known = {}
         for column, hint in column_types.items():
-            try:
-                hinted_field_schema(column, hint, self._connector)
-            except ConfigError:
-                continue
-            known[column] = hint
-        self._schemaless = Plan(_hinted_plan(known | self._hints, self._connector), None)
+            with contextlib.suppress(ConfigError):
+                known[column] = hinted_field_schema(column, hint, self._connector)
+        fields = known | self._hinted
+        self._schemaless = Plan(row_plan({"fields": list(fields.values())}), None)
 
     def accept(self, layout: Layout) -> None:
         """Rows of this layout decode from now on without :class:`LayoutChanged`."""
@@ -503,10 +503,6 @@ def plan_for(schema: Any, row_schema: Callable[[dict[str, Any]], dict[str, Any]]
     struct = row_schema(schema)
     return Plan(row_plan(struct), layout_of(struct))
 
-
-def _hinted_plan(column_types: Mapping[str, str], connector: ConnectorSettings) -> RowPlan:
-    return row_plan({"fields": [hinted_field_schema(c, t, connector)
-                                for c, t in column_types.items()]})
 
 
 def _envelope_row_schema(envelope_schema: dict[str, Any]) -> dict[str, Any]:

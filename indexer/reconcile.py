@@ -180,9 +180,10 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
             report.rechecked = len(found)
             found = {i: kind for i, kind in again.items() if found.get(i) == kind}
         if repair and found:
-            if _rebuild(found, report.rows):
-                report.repaired = await _rebuild_by_reindex(config, table, found, report,
-                                                            progress)
+            fix = sum(1 for kind in found.values() if kind != "extra")
+            if fix >= REINDEX_MIN_ROWS and fix > REINDEX_ABOVE_SHARE * report.rows:
+                report.repaired = await _rebuild_by_reindex(config, table, fix,
+                                                            len(found) - fix, report, progress)
             else:
                 report.repaired = await _repair(config, sink, table, builder, plan, found)
             await client.refresh(table.alias)
@@ -197,19 +198,14 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
     return report
 
 
-def _rebuild(found: dict[str, str], rows: int) -> bool:
-    fix = sum(1 for kind in found.values() if kind != "extra")
-    return fix >= REINDEX_MIN_ROWS and fix > REINDEX_ABOVE_SHARE * rows
-
-
-async def _rebuild_by_reindex(config: Config, table: TableConfig, found: dict[str, str],
+async def _rebuild_by_reindex(config: Config, table: TableConfig, fix: int, extras: int,
                               report: Report, progress: Progress) -> dict[str, int]:
-    fix = sum(1 for kind in found.values() if kind != "extra")
+    """``fix`` rows differ, ``extras`` documents have no row: a new index holds neither."""
     result = await reindex(config, table, progress=progress)
     report.notes.append(f"{fix:,} of {report.rows:,} rows differed: rebuilt by a reindex into "
                         f"{result.index} (the previous index is kept for `indexer reindex "
                         f"--rollback` until `indexer reindex --delete-old`)")
-    return {"rewritten": result.written, "tombstoned": len(found) - fix,
+    return {"rewritten": result.written, "tombstoned": extras,
             "refused_as_newer": result.stale}
 
 
