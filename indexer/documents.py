@@ -172,7 +172,10 @@ class DocumentBuilder:
              spaced: bool = False) -> bytes:
         """The document, plus ``_indexer``: its content hash and chunk for reconciliation."""
         document = row if self._identity else self.document(row)
-        doc = orjson.dumps(document)
+        try:
+            doc = orjson.dumps(document)
+        except orjson.JSONEncodeError as exc:  # a malformed event: an integer past 64 bits
+            raise DecodeError("bad-value", f"the row cannot be written as JSON: {exc}") from exc
         single = next(iter(key.values())) if len(key) == 1 else None
         if type(single) is int and MIN_LONG <= single <= MAX_VERSION:
             chunk, number = b"key", single

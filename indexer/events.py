@@ -20,6 +20,7 @@ import orjson
 
 from indexer import values
 from indexer.config import ConfigError, ConnectorSettings
+from indexer.envelope import ENVELOPE, Envelope, Position
 
 Converter = Callable[[Any], Any]
 # (field name, converter) for the fields that need one; the rest pass through unchanged.
@@ -82,38 +83,6 @@ def describe_change(previous: Layout | None, current: Layout) -> str:
     return "; ".join(p for p in parts if p) or "no field changed"
 
 
-class Position(msgspec.Struct, gc=False):
-    """Where and when the change was committed in the source database: the fields of
-    Debezium's source block that versions, freshness and following the source need (the
-    rest is never parsed)."""
-
-    file: str = ""
-    pos: int = 0
-    row: int = 0
-    ts_ms: int = 0
-    gtid: str | None = None
-    # "true", "first", "last", ... for snapshot reads; "false" (or false) when streaming
-    snapshot: str | bool | None = None
-    connector: str | None = None  # "mariadb" or "mysql"
-
-
-class _Envelope(msgspec.Struct):
-    """A Debezium envelope, or the ``{"schema", "payload"}`` message that wraps one. Typed
-    decoding skips what is not declared here (most of the source block, or a schema that
-    has been seen before) without building Python objects for it."""
-
-    op: str | None = None
-    before: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-    source: Position | None = None
-    ts_ms: int | None = None
-    schema: msgspec.Raw = msgspec.Raw()
-    payload: msgspec.Raw = msgspec.Raw()
-
-
-_ENVELOPE = msgspec.json.Decoder(_Envelope)
-
-
 @dataclass(slots=True)
 class Change:
     op: str
@@ -168,7 +137,7 @@ def field_converter(schema: Mapping[str, Any]) -> Converter | None:
         fsp = _fsp(params, default_fsp)
         if multiply == divide == 1:  # microseconds already: the usual encoding
             return lambda v: format_micros(v, fsp)
-        return lambda v: format_micros(v * multiply // divide, fsp)
+        return lambda v: format_micros(values.integer(v, "a time") * multiply // divide, fsp)
     if name == "io.debezium.time.ZonedTimestamp":
         fsp = _fsp(params, 6)
         return lambda v: values.timestamp_from_iso(v, fsp)
@@ -242,7 +211,8 @@ def apply_plan(row: dict[str, Any], plan: RowPlan) -> dict[str, Any]:
         if value is not None:
             try:
                 row[name] = convert(value)
-            except (ValueError, TypeError, KeyError, OverflowError, orjson.JSONDecodeError) as exc:
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError,
+                    orjson.JSONDecodeError) as exc:
                 raise DecodeError("bad-value", f"column {name!r}: {exc}") from exc
     return row
 
@@ -437,20 +407,20 @@ class EnvelopeDecoder:
         self._layout = layout
         self._names = frozenset(name for name, _ in layout)
 
-    def _envelope(self, raw: bytes) -> tuple[_Envelope, Plan]:
+    def _envelope(self, raw: bytes) -> tuple[Envelope, Plan]:
         try:
             found = self._value_plans.split(raw) if raw.endswith(b"}") else None
             if found is not None:
                 start, plan = found
                 try:
-                    return _ENVELOPE.decode(raw[start:-1]), plan  # a copy decodes faster
+                    return ENVELOPE.decode(raw[start:-1]), plan  # a copy decodes faster
                 except msgspec.DecodeError:
                     pass  # not the layout we expected: decode the whole message below
-            message = _ENVELOPE.decode(raw)
+            message = ENVELOPE.decode(raw)
             if not (message.schema and message.payload):
                 return message, self._schemaless
             plan = self._value_plans.plan(orjson.loads(bytes(message.schema)))
-            return _ENVELOPE.decode(message.payload), plan
+            return ENVELOPE.decode(message.payload), plan
         except msgspec.ValidationError as exc:
             raise DecodeError("undecodable", f"not a Debezium envelope: {exc}") from exc
         except msgspec.DecodeError as exc:

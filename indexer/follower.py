@@ -19,7 +19,7 @@ from aiokafka.structs import ConsumerRecord
 from indexer.config import TableConfig
 from indexer.dlq import REPLAY_HEADER
 from indexer.documents import file_number
-from indexer.events import Position
+from indexer.envelope import Position
 from indexer.metrics import Metrics
 from indexer.sink.search import SearchError, TransportError
 from indexer.sink.state import StateStore

@@ -24,11 +24,32 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import reprlib
 import struct
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 EPOCH = datetime(1970, 1, 1)
 EPOCH_DATE = date(1970, 1, 1)
+
+
+# The converters below take a JSON value of any shape (``Any``) and check it themselves: a
+# wrong shape is the same TypeError, with the same words, whether this module runs compiled
+# (where a typed parameter would be checked by mypyc, in other words) or as Python.
+def integer(value: Any, what: str) -> int:
+    if type(value) is not int:
+        raise TypeError(f"expected {what} as an integer, got {_shape(value)}")
+    return value
+
+
+def text(value: Any, what: str) -> str:
+    if type(value) is not str:
+        raise TypeError(f"expected {what} as a string, got {_shape(value)}")
+    return value
+
+
+def _shape(value: Any) -> str:
+    return f"{type(value).__name__} {reprlib.repr(value)}"
 
 
 def decimal_from_unscaled(unscaled: int, scale: int) -> str:
@@ -42,22 +63,22 @@ def decimal_from_unscaled(unscaled: int, scale: int) -> str:
 
 
 
-def decimal_from_base64(text: str, scale: int) -> str:
+def decimal_from_base64(encoded: Any, scale: int) -> str:
     """Kafka Connect's Decimal: big-endian two's-complement bytes of the unscaled value."""
-    return decimal_from_unscaled(unscaled_from_base64(text), scale)
+    return decimal_from_unscaled(unscaled_from_base64(encoded), scale)
 
 
-def unscaled_from_base64(text: str) -> int:
+def unscaled_from_base64(encoded: Any) -> int:
     try:
-        raw = binascii.a2b_base64(text, strict_mode=True)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise ValueError(f"not base64 decimal bytes: {text!r}") from exc
+        raw = binascii.a2b_base64(text(encoded, "decimal bytes"), strict_mode=True)
+    except binascii.Error as exc:
+        raise ValueError(f"not base64 decimal bytes: {reprlib.repr(encoded)}") from exc
     return int.from_bytes(raw, "big", signed=True)
 
 
 
-def date_from_days(days: int) -> str:
-    return (EPOCH_DATE + timedelta(days=int(days))).isoformat()
+def date_from_days(days: Any) -> str:
+    return (EPOCH_DATE + timedelta(days=integer(days, "days"))).isoformat()
 
 
 def format_datetime(value: datetime, fsp: int) -> str:
@@ -66,12 +87,12 @@ def format_datetime(value: datetime, fsp: int) -> str:
     return value.isoformat(timespec="microseconds")[: 19 + (fsp + 1 if fsp else 0)]
 
 
-def datetime_from_micros(micros: int, fsp: int) -> str:
-    seconds, fraction = divmod(micros, 1_000_000)
+def datetime_from_micros(micros: Any, fsp: int) -> str:
+    seconds, fraction = divmod(integer(micros, "a time"), 1_000_000)
     if fsp == 0:
         return _datetime_second(seconds)
-    text = f"{_datetime_second(seconds)}.{fraction:06d}"
-    return text if fsp == 6 else text[: 20 + fsp]
+    formatted = f"{_datetime_second(seconds)}.{fraction:06d}"
+    return formatted if fsp == 6 else formatted[: 20 + fsp]
 
 
 # Change streams carry runs of nearby timestamps (updated_at is close to "now"): formatting
@@ -88,49 +109,55 @@ def format_timestamp(value: datetime, fsp: int) -> str:
     return format_datetime(value, fsp) + "Z"
 
 
-def timestamp_from_iso(text: str, fsp: int) -> str:
+def timestamp_from_iso(iso: Any, fsp: int) -> str:
     try:
-        parsed = datetime.fromisoformat(text)
+        parsed = datetime.fromisoformat(text(iso, "a timestamp"))
     except ValueError as exc:
-        raise ValueError(f"not an ISO-8601 timestamp: {text!r}") from exc
+        raise ValueError(f"not an ISO-8601 timestamp: {reprlib.repr(iso)}") from exc
     return format_timestamp(parsed, fsp)
 
 
-def time_from_micros(micros: int, fsp: int) -> str:
+def time_from_micros(duration: Any, fsp: int) -> str:
     """MySQL TIME is a signed duration up to 838:59:59, not a time of day."""
-    micros = int(micros)
+    micros = integer(duration, "a time")
     sign = "-" if micros < 0 else ""
     seconds, fraction = divmod(abs(micros), 1_000_000)
     minutes, secs = divmod(seconds, 60)
     hours, mins = divmod(minutes, 60)
-    text = f"{sign}{hours:02d}:{mins:02d}:{secs:02d}"
+    formatted = f"{sign}{hours:02d}:{mins:02d}:{secs:02d}"
     if fsp > 0:
-        text += "." + f"{fraction:06d}"[:fsp]
-    return text
+        formatted += "." + f"{fraction:06d}"[:fsp]
+    return formatted
 
 
 
-def bits_from_base64_le(text: str) -> int:
+def bits_from_base64_le(encoded: Any) -> int:
     """Debezium's Bits: the bit string as little-endian bytes."""
-    return int.from_bytes(base64.b64decode(text), "little")
+    return int.from_bytes(base64.b64decode(text(encoded, "bits")), "little")
 
 
 
-def set_members(text: str) -> list[str]:
-    return text.split(",") if text else []
+def set_members(members: Any) -> list[str]:
+    return members.split(",") if text(members, "set members") else []
 
 
 
-def unsigned_from_signed_long(value: int) -> int:
+def unsigned_from_signed_long(value: Any) -> int:
     """bigint.unsigned.handling.mode=long wraps values >= 2^63; undo the wrap."""
-    return value + (1 << 64) if value < 0 else value
+    number = integer(value, "a BIGINT UNSIGNED")
+    return number + (1 << 64) if number < 0 else number
 
 
 _FLOAT32 = struct.Struct("<f")
 
 
-def float32(value: float) -> float:
+def float32(value: Any) -> float:
     """A FLOAT column's value as the double it widens to. Debezium writes Java's shortest
     text of the 32-bit value, which names a nearby double instead; MySQL's own text of a
     FLOAT keeps only 6 digits (the reindex reads ``f + 0e0``)."""
-    return float(_FLOAT32.unpack(_FLOAT32.pack(value))[0])
+    if type(value) is not float and type(value) is not int:
+        raise TypeError(f"expected a FLOAT as a number, got {_shape(value)}")
+    try:
+        return float(_FLOAT32.unpack(_FLOAT32.pack(value))[0])
+    except (struct.error, OverflowError) as exc:  # past a FLOAT's range
+        raise ValueError(f"not a FLOAT: {value!r}") from exc

@@ -8,7 +8,6 @@ change consumed after it was added.
 from __future__ import annotations
 
 import enum
-import functools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,6 @@ from time import perf_counter
 from types import TracebackType
 from typing import Any
 
-import orjson
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -26,6 +24,7 @@ from tenacity import (
 )
 
 from indexer.admin import alias_states, mark_missed_writes
+from indexer.bulk import action_line
 from indexer.config import ElasticsearchSettings
 from indexer.documents import Write
 from indexer.mappings import sync_alias
@@ -247,14 +246,3 @@ class ElasticsearchSink:
             else ""
         log.warning("elasticsearch not available (%s: %s%s); retry %d in %.2fs", reason, exc,
                     detail, state.attempt_number, state.upcoming_sleep)
-
-
-def action_line(index: str, write: Write, version_type: str = "external") -> bytes:
-    # Formatted by hand: this runs once per document and orjson on a nested dict costs more.
-    return b"%b%b,\"version\":%d,\"version_type\":\"%b\"}}" % (
-        _index_prefix(index), orjson.dumps(write.id), write.version, version_type.encode())
-
-
-@functools.lru_cache(maxsize=256)
-def _index_prefix(index: str) -> bytes:
-    return b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":'

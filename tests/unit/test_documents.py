@@ -17,7 +17,8 @@ from indexer.documents import (
     pack_binlog_version,
     unpack_binlog_version,
 )
-from indexer.events import Change, DecodeError, Position
+from indexer.envelope import Position
+from indexer.events import Change, DecodeError
 
 
 def table(version: str = "binlog", **kw: object) -> TableConfig:
@@ -130,3 +131,9 @@ def test_json_values_hash_as_their_server_renders_them() -> None:
         assert orjson.loads(source)["_indexer"]["hash"] == zlib.crc32(text.encode())
     forced = DocumentBuilder(table(), "mysql").write_for_row({"id": 7}, row, 1).source
     assert orjson.loads(forced)["_indexer"]["hash"] == zlib.crc32(mysql.encode())
+
+
+def test_a_value_json_cannot_hold_is_a_bad_value_not_a_crash() -> None:
+    with pytest.raises(DecodeError, match="cannot be written as JSON") as info:
+        DocumentBuilder(table()).write_for_change(change("c", None, {"id": 7, "n": 2**70}))
+    assert info.value.kind == "bad-value"

@@ -12,6 +12,7 @@ from indexer.events import (
     hinted_field_schema,
     layout_changes,
 )
+from tests.unit.corpus import HINTS, SHAPES
 
 Messages = list[tuple[bytes | None, bytes | None]]
 
@@ -262,3 +263,29 @@ def test_hints_from_information_schema(data_type: str, column_type: str, scale: 
 def test_tinyint_1_is_mysqls_boolean() -> None:
     convert = field_converter(hinted_field_schema("flag", "tinyint(1)", ConnectorSettings()))
     assert convert is not None and convert(True) == 1 and convert(0) == 0
+
+
+def test_every_hinted_type_answers_any_json_shape_with_a_value_or_a_bad_value() -> None:
+    # Never an internal error: each converter checks the shape it is given.
+
+    for hint in HINTS:
+        d = decoder(c=hint)
+        for shape in SHAPES:
+            value = orjson.dumps({"op": "c", "after": {"id": 1, "c": shape},
+                                  "source": {"file": "b.000001", "pos": 4}})
+            try:
+                d.decode(b'{"id":1}', value)
+            except DecodeError as exc:
+                assert exc.kind == "bad-value" and "column 'c'" in exc.reason, (hint, shape)
+
+
+def test_wrong_shapes_name_what_was_expected() -> None:
+    with pytest.raises(DecodeError, match=r"expected days as an integer, got float 1\.5"):
+        decoder(d="date").decode(b'{"id":1}', orjson.dumps(
+            {"op": "c", "after": {"id": 1, "d": 1.5}, "source": {"file": "b.000001"}}))
+    with pytest.raises(DecodeError, match="expected a FLOAT as a number, got str 'x'"):
+        decoder(f="float").decode(b'{"id":1}', orjson.dumps(
+            {"op": "c", "after": {"id": 1, "f": "x"}, "source": {"file": "b.000001"}}))
+    with pytest.raises(DecodeError, match=r"not a FLOAT: 1e\+300"):
+        decoder(f="float").decode(b'{"id":1}', orjson.dumps(
+            {"op": "c", "after": {"id": 1, "f": 1e300}, "source": {"file": "b.000001"}}))

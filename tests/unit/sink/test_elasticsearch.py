@@ -1,7 +1,5 @@
 from typing import Any
 
-import orjson
-
 from indexer.config import ElasticsearchSettings
 from indexer.documents import Write
 from indexer.metrics import Metrics
@@ -11,7 +9,6 @@ from indexer.sink.elasticsearch import (
     Op,
     Outcome,
     _Round,
-    action_line,
 )
 
 
@@ -32,13 +29,6 @@ def item(status: int, kind: str = "", reason: str = "") -> dict[str, Any]:
 
 def ops(n: int) -> list[Op]:
     return [Op("a", Write(str(i), i + 1, b"{}", False)) for i in range(n)]
-
-
-def test_action_line_carries_id_and_external_version() -> None:
-    line = action_line("a-v1", Write('x"1', 5, b"{}", False))
-    assert orjson.loads(line) == {"index": {"_index": "a-v1", "_id": 'x"1', "version": 5,
-                                            "version_type": "external"}}
-    assert b"\n" not in line  # one NDJSON line; the request adds the newlines
 
 
 def test_item_results_written_stale_failed_and_retried() -> None:
