@@ -12,9 +12,16 @@ started=$SECONDS
 bin="$(dev/venv.sh)"
 dev/stack.sh up
 echo "[test] stack and venv ready in $((SECONDS - started))s"
-"$bin/ruff" check indexer tests bench
+"$bin/ruff" check indexer tests bench setup.py
 "$bin/mypy"
 pytest=("$bin/pytest" -p no:cacheprovider)
+build="$("$bin/indexer" --version)"
+echo "[test] $build"
+if [[ -z "${INDEXER_PURE_PYTHON:-}" && "$build" != *"(compiled with mypyc)" ]]; then
+  echo "[test] the per-event modules did not compile (pip's output says why); run with" \
+    "INDEXER_PURE_PYTHON=1 to test pure Python" >&2
+  exit 1
+fi
 if (($#)); then
   "${pytest[@]}" "$@"
   echo "[test] done in $((SECONDS - started))s"
@@ -22,6 +29,12 @@ if (($#)); then
 fi
 "${pytest[@]}" tests
 echo "[test] default stack done at $((SECONDS - started))s"
+# The unit suite once more on the same sources without their compiled modules.
+pure="$(mktemp -d "${TMPDIR:-/tmp}/indexer-pure.XXXXXX")"
+tar -c --exclude=./.git --exclude=./.venv --exclude=./.stack --exclude='*.so' . | tar -x -C "$pure"
+(cd "$pure" && "${pytest[@]}" -q tests/unit)
+rm -rf "$pure"
+echo "[test] unit suite on pure Python done at $((SECONDS - started))s"
 
 on_variant() { # on_variant <env...> -- <pytest args...>: one more stack, its tests, stopped
   local env=() profile

@@ -33,6 +33,24 @@ tombstones_app = typer.Typer(help="Tombstones of deleted rows.", no_args_is_help
 source_app = typer.Typer(help="Where binlog-versioned tables' changes come from: version "
                          "epochs and source switches (fail-over, RESET MASTER).",
                          no_args_is_help=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from indexer.build import current_build
+
+        print(current_build().describe)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="print the version and whether the per-event path is compiled, then exit")] = False,
+             ) -> None:
+    pass
+
+
 app.add_typer(mappings_app, name="mappings")
 app.add_typer(source_app, name="source")
 app.add_typer(dlq_app, name="dlq")
@@ -84,10 +102,12 @@ def run(config: ConfigOption = None, log_level: LogLevel = None) -> None:
 @app.command()
 def check(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Health as exit code: 0 when Elasticsearch, Kafka and every table's alias answer."""
+    from indexer.build import current_build
     from indexer.health import check_health
 
     cfg = _config(config, log_level)
     problems = _run(cfg, check_health(cfg))
+    err.print(current_build().describe)
     redact = Redactor(cfg.secrets())
     for problem in problems:
         err.print(f"[red]unhealthy:[/red] {escape(redact(problem))}")

@@ -25,6 +25,7 @@ from tenacity import (
 )
 
 from indexer.admin import ensure_table_index
+from indexer.build import current_build
 from indexer.config import Config, TableConfig
 from indexer.dlq import dead_letter_for
 from indexer.documents import DocumentBuilder
@@ -124,8 +125,8 @@ class Daemon:
             self._schemas = schemas
             async with KafkaSource(cfg.kafka, list(self._tables), self._on_revoked) as source:
                 self._source = source
-                log.info("indexer running: %d tables, group %s",
-                         len(self._tables), cfg.kafka.group_id)
+                log.info("indexer running: %d tables, group %s; %s", len(self._tables),
+                         cfg.kafka.group_id, current_build().describe)
                 self.started.set()
                 try:
                     await self._loop()

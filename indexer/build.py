@@ -1,0 +1,63 @@
+"""Which build of the per-event path is running: modules compiled by mypyc, or pure Python.
+
+``setup.py`` compiles the modules it lists when the machine can; a compiled module is an
+extension module beside its ``.py``, which Python imports first. An extension older than its
+``.py`` is stale: an edit to the source is not what runs until the package is built again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from pathlib import Path
+
+# The modules every event goes through (envelope decoding, value encodings, checksums,
+# documents and versions, bulk lines): setup.py compiles these when it can. Modules that wait
+# on I/O would gain little.
+HOT_PATH = ("indexer.values", "indexer.checksums", "indexer.events", "indexer.documents",
+            "indexer.sources", "indexer.bulk")
+
+
+@dataclass(frozen=True)
+class Build:
+    version: str
+    compiled: tuple[str, ...]  # hot-path modules running as extension modules
+    stale: tuple[str, ...]  # ... of which the source was changed after the build
+
+    @property
+    def describe(self) -> str:
+        if not self.compiled:
+            return f"indexer {self.version} (pure Python)"
+        if len(self.compiled) == len(HOT_PATH):
+            what = "compiled with mypyc"
+        else:
+            what = f"partly compiled with mypyc: {', '.join(self.compiled)}"
+        if self.stale:
+            what += (f"; STALE, older than their source: {', '.join(self.stale)} "
+                     "(run dev/venv.sh or pip install again)")
+        return f"indexer {self.version} ({what})"
+
+
+def is_compiled(module_name: str) -> bool:
+    origin = importlib.import_module(module_name).__file__ or ""
+    return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def current_build() -> Build:
+    compiled, stale = [], []
+    for name in HOT_PATH:
+        if not is_compiled(name):
+            continue
+        compiled.append(name)
+        extension = Path(importlib.import_module(name).__file__ or "")
+        source = extension.parent / f"{name.rsplit('.', 1)[1]}.py"
+        if source.exists() and source.stat().st_mtime > extension.stat().st_mtime:
+            stale.append(name)
+    try:
+        version = package_version("indexer")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        version = "unknown"
+    return Build(version, tuple(compiled), tuple(stale))

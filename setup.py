@@ -1,0 +1,49 @@
+"""Compiles indexer's per-event path with mypyc when this machine can; pure Python otherwise.
+
+The compiled modules are built from the very sources that stay in the package, so there is
+one implementation: each ``.so`` sits beside its ``.py`` and Python imports it first. With no
+C compiler (or no mypyc for this platform) the build warns and installs pure Python, which
+behaves the same, only slower. ``INDEXER_PURE_PYTHON=1`` at install time skips compiling.
+``indexer --version`` says which is running.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+
+
+def hot_path() -> list[str]:
+    """indexer.build.HOT_PATH, the one list of compiled modules, as source files (read from
+    the module's text: the package cannot be imported before it is built)."""
+    tree = ast.parse((HERE / "indexer" / "build.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "HOT_PATH" for t in node.targets):
+            return [name.replace(".", "/") + ".py" for name in ast.literal_eval(node.value)]
+    raise LookupError("indexer/build.py has no HOT_PATH")
+
+
+def extensions() -> list[Any]:
+    if os.environ.get("INDEXER_PURE_PYTHON", "") not in ("", "0"):
+        return []
+    try:
+        from mypyc.build import mypycify
+
+        built = mypycify(hot_path(), opt_level="3", group_name="indexer.hot_path")
+    except (ImportError, Exception, SystemExit) as exc:  # mypyc missing or refusing
+        print(f"indexer: not compiling ({exc!r}); installing pure Python", file=sys.stderr)
+        return []
+    for extension in built:
+        extension.optional = True  # no C compiler: a warning, and the .py files are used
+    return built
+
+
+setup(ext_modules=extensions())
