@@ -31,6 +31,7 @@ from indexer.dlq import dead_letter_for
 from indexer.documents import DocumentBuilder
 from indexer.events import DecodeError, EnvelopeDecoder, LayoutChanged
 from indexer.follower import Follower, NotFollowed, SwitchFound, transient
+from indexer.linger import Linger
 from indexer.metrics import Metrics
 from indexer.schema_changes import SchemaWatch
 from indexer.sink.elasticsearch import MAPPING_CONFLICT, ElasticsearchSink, Op, Outcome
@@ -84,6 +85,9 @@ class Daemon:
                             DocumentBuilder(t, config.mysql.server))
             for t in config.tables
         }
+        batch = config.batch
+        self._linger = Linger(batch.linger_ms, batch.max_linger_ms,
+                              min(batch.target_events, batch.max_events))
         self._stopping = asyncio.Event()
         self._inflight: deque[tuple[Batch, asyncio.Task[None]]] = deque()
         self._source: KafkaSource | None = None
@@ -154,13 +158,14 @@ class Daemon:
             stopping.cancel()
 
     async def _next_batch(self) -> Batch:
-        """Fills a batch up to max events/bytes, waiting at most ``linger_ms`` once it has one."""
+        """Fills a batch up to max events/bytes, waiting for more once it has one as long as
+        :class:`Linger` says for the rate seen."""
         source = self._source
         assert source is not None
         limits = self.config.batch
         batch = Batch()
         records = await source.fetch(min(limits.max_events, DECODE_SLICE), IDLE_POLL_MS)
-        deadline = time.monotonic() + limits.linger_ms / 1000
+        deadline = time.monotonic() + self._linger.wait_ms() / 1000
         while records:
             await self._add(batch, records)
             room = limits.max_events - len(batch.messages)
@@ -175,6 +180,8 @@ class Daemon:
         if any(tp not in assigned for tp in batch.offsets):
             batch.messages = [m for m in batch.messages if _tp(m.record) in assigned]
             batch.offsets = {tp: o for tp, o in batch.offsets.items() if tp in assigned}
+        if batch.messages:
+            self._linger.closed(len(batch.messages), time.monotonic())
         return batch
 
     async def _add(self, batch: Batch, records: Records) -> None:

@@ -46,6 +46,8 @@ def test_file_plus_environment(tmp_path: Path) -> None:
     ({"tables": [TABLE], "kafka": {"nope": 1}}, "kafka.nope: unknown"),
     ({"tables": [TABLE], "batch": {"max_events": "many"}}, "batch.max_events"),
     ({"tables": [TABLE], "batch": {"in_flight": 0}}, "batch.in_flight"),
+    ({"tables": [TABLE], "batch": {"linger_ms": 50, "max_linger_ms": 40}}, "batch.max_linger_ms"),
+    ({"tables": [TABLE], "batch": {"target_events": 0}}, "batch.target_events"),
     ({"tables": [TABLE], "connector": {"decimal_handling_mode": "fast"}}, "decimal_handling"),
     ({"tables": [TABLE], "extra": {}}, r"unknown section \[extra\]"),
     ({"tables": [TABLE], "logging": {"level": "loud"}}, "logging.level: expected one of"),

@@ -1,0 +1,116 @@
+"""CPU per event of the per-event path alone, compiled against pure Python, in one run.
+
+    .venv/bin/python -m bench.hot_loop --events 200000 [--baseline <checkout>]
+
+N events in the real connector's format (synthesised from an event the running Debezium
+connector produced, as in bench.daemon), with and without schemas, go through what the
+daemon does to each record before the bulk: decode the envelope, build the write (document,
+``_indexer`` block, id, version) and its action line. Each build runs in a child process of
+its own over the same events, the builds taking turns ``--rounds`` times; the median CPU
+time per event of each is printed, and the ratio. Builds: this checkout as installed
+(compiled when it could be), the same sources without their compiled modules (pure Python),
+and with ``--baseline`` another checkout (a ``git worktree`` with its own ``.venv``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pickle
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from bench.common import REPO, capture_template, mysql
+
+# Runs in the child: the package is whichever the child's sys.path finds first.
+CHILD = """
+import pickle, sys, time
+from indexer.config import ConnectorSettings, TableConfig, VersionSource
+from indexer.documents import DocumentBuilder
+from indexer.events import EnvelopeDecoder
+try:
+    from indexer.bulk import action_line
+except ImportError:  # a checkout from before indexer.bulk
+    from indexer.sink.elasticsearch import action_line
+try:
+    from indexer.build import current_build
+    build = current_build().describe
+except ImportError:
+    build = "before indexer.build"
+messages = pickle.load(open(sys.argv[1], "rb"))
+decoder = EnvelopeDecoder(ConnectorSettings(), {"price": "decimal(10,2)",
+                                                "updated_at": "datetime(6)"})
+builder = DocumentBuilder(TableConfig("bench", "t", "t", "t", "t.json", VersionSource("binlog")))
+parts = []
+started = time.process_time()
+for key, value in messages:
+    change = decoder.decode(key, value)
+    write = builder.write_for_change(change)
+    parts += (action_line("t-v1", write), write.source)
+    if len(parts) >= 8000:
+        body = b"\\n".join(parts)
+        parts = []
+elapsed = time.process_time() - started
+print(elapsed / len(messages) * 1e6, build)
+"""
+
+
+def pure_copy(into: Path) -> Path:
+    """This checkout's package without its compiled modules."""
+    with tarfile.open(into / "pkg.tar", "w") as tar:
+        tar.add(REPO / "indexer", "indexer",
+                filter=lambda info: None if info.name.endswith(".so") else info)
+    with tarfile.open(into / "pkg.tar") as tar:
+        tar.extractall(into / "pure", filter="data")
+    return into / "pure"
+
+
+def child(python: str, path: Path, events: Path, script: Path) -> tuple[float, str]:
+    out = subprocess.run([python, str(script), str(events)], cwd=path, check=True,
+                         capture_output=True, text=True,
+                         env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"}).stdout
+    micros, build = out.strip().split(" ", 1)
+    return float(micros), build
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, help="another checkout with its own .venv")
+    args = parser.parse_args()
+    db = mysql()
+    _, events = await capture_template(db)
+    db.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        script = work / "child.py"
+        script.write_text(CHILD)
+        builds = {"installed": (sys.executable, REPO), "pure": (sys.executable, pure_copy(work))}
+        if args.baseline:
+            builds["baseline"] = (str(args.baseline / ".venv/bin/python"), args.baseline)
+        for schemas in (True, False):
+            data = work / f"events-{schemas}.pickle"
+            with data.open("wb") as f:
+                pickle.dump([events.message(i, schemas) for i in range(args.events)], f)
+            runs: dict[str, list[float]] = {name: [] for name in builds}
+            described: dict[str, str] = {}
+            for _ in range(args.rounds):
+                for name, (python, path) in builds.items():
+                    micros, described[name] = child(python, path, data, script)
+                    runs[name].append(micros)
+            label = "with schemas" if schemas else "without schemas"
+            installed = statistics.median(runs["installed"])
+            for name, samples in runs.items():
+                median = statistics.median(samples)
+                print(f"{label:16} {name:9} {median:6.2f} µs/event (runs "
+                      f"{', '.join(f'{s:.2f}' for s in samples)}) ratio to installed "
+                      f"{median / installed:.3f}  [{described[name]}]")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

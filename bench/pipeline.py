@@ -1,0 +1,309 @@
+"""A burst of updates end to end through the dev stack's own Debezium, Kafka and `indexer run`:
+rows/s into Kafka, rows/s searchable, and each process's CPU per row; A/B variants of the
+daemon's and the connector's settings in the same run.
+
+    .venv/bin/python -m bench.pipeline --rows 196500 --transactions 10 --rounds 2 \
+        --variant default --variant fixed-20ms:indexer.batch.max_linger_ms=20
+
+A table of ``--rows`` rows is loaded and indexed first. Each burst then updates every row in
+``--transactions`` transactions (one UPDATE of a key range each, committed back to back), and
+is timed from its first commit until every row's change is in Kafka and until every document
+shows the burst's value in a search (Elasticsearch's default 1 s refresh included). CPU per
+row is each process's CPU time over that window divided by the rows. Nothing is pinned: the
+servers and the daemon share both cores, as on a small machine that runs all of them.
+
+A variant is ``label[:setting=value,...]``: ``indexer.<section>.<key>=v`` is passed to the
+daemon as ``INDEXER_<SECTION>__<KEY>``; ``connector.<key>=v`` is set in the running connector's
+configuration for that variant's bursts (``connector.producer.override.linger.ms=50``), and the
+original is put back at the end. The variants take turns, ``--rounds`` times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import TopicPartition
+
+from bench.common import (
+    BENCH_MAPPING,
+    DATABASE,
+    ES,
+    KAFKA,
+    REPO,
+    cpu_seconds,
+    mysql,
+    search_client,
+    server_cpu,
+    unique,
+)
+from bench.daemon import committed
+from indexer.sink.search import SearchClient
+
+CONNECT = "http://127.0.0.1:8083"
+CONNECTOR = "indexer-mariadb"
+SERVERS = ("connect", "kafka", "elasticsearch", "mariadb")
+METRICS_PORT = 9479  # the daemon's metrics, read for its bulk count
+POLL_S = 0.1
+LOAD_CHUNK = 5000  # rows per INSERT while loading the table
+CATCH_UP_S = 600
+
+
+@dataclass
+class Variant:
+    label: str
+    env: dict[str, str] = field(default_factory=dict)
+    connector: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        label, _, settings = text.partition(":")
+        variant = cls(label)
+        for setting in filter(None, settings.split(",")):
+            name, _, value = setting.partition("=")
+            scope, _, key = name.partition(".")
+            if scope == "indexer" and key.count(".") == 1:
+                section, option = key.split(".")
+                variant.env[f"INDEXER_{section.upper()}__{option.upper()}"] = value
+            elif scope == "connector" and key:
+                variant.connector[key] = value
+            else:
+                raise SystemExit(f"--variant {text}: expected indexer.<section>.<key>=v or "
+                                 f"connector.<key>=v, got {setting!r}")
+        return variant
+
+
+@dataclass
+class Burst:
+    variant: str
+    rows: int
+    kafka_s: float  # first commit -> every change in Kafka
+    search_s: float  # first commit -> every document searchable with the new value
+    cpu_us: dict[str, float]  # per process, CPU per row over the window
+    bulks: float  # bulks the daemon sent in the window
+
+    def line(self) -> str:
+        cpu = ", ".join(f"{name} {us:.0f}" for name, us in self.cpu_us.items())
+        return (f"{self.variant:18} in Kafka {self.kafka_s:5.1f} s "
+                f"({self.rows / self.kafka_s:6,.0f} rows/s) | searchable {self.search_s:5.1f} s "
+                f"({self.rows / self.search_s:6,.0f} rows/s) | µs CPU per row: {cpu} | "
+                f"{self.rows / max(self.bulks, 1):,.0f} docs per bulk")
+
+
+def rest(method: str, path: str, body: Any = None) -> Any:
+    request = urllib.request.Request(
+        CONNECT + path, method=method, data=None if body is None else orjson.dumps(body),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        raw = response.read()
+    return orjson.loads(raw) if raw else None
+
+
+async def configure_connector(config: dict[str, Any]) -> None:
+    """Puts the connector's configuration and waits for its task to run again."""
+    rest("PUT", f"/connectors/{CONNECTOR}/config", config)
+    deadline = time.monotonic() + 120
+    await asyncio.sleep(2)  # the restart has begun
+    while time.monotonic() < deadline:
+        status = rest("GET", f"/connectors/{CONNECTOR}/status")
+        if [t["state"] for t in status["tasks"]] == ["RUNNING"]:
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"connector {CONNECTOR} did not run again: {status}")
+
+
+def load_table(table: str, rows: int) -> None:
+    db = mysql()
+    try:
+        with db.cursor() as cur:
+            cur.execute(f"CREATE TABLE `{table}` (id BIGINT PRIMARY KEY, name VARCHAR(40) NOT "
+                        "NULL, price DECIMAL(10,2) NOT NULL, qty INT NOT NULL, "
+                        "updated_at DATETIME(6) NOT NULL)")
+            for start in range(0, rows, LOAD_CHUNK):
+                ids = range(start, min(start + LOAD_CHUNK, rows))
+                cur.executemany(f"INSERT INTO `{table}` VALUES (%s, %s, %s, 0, NOW(6))",
+                                [(i, f"product {i}", f"{1 + i % 1000}.50") for i in ids])
+    finally:
+        db.close()
+
+
+def update_burst(table: str, rows: int, transactions: int, value: int) -> None:
+    db = mysql()
+    try:
+        with db.cursor() as cur:
+            step = -(-rows // transactions)
+            for start in range(0, rows, step):
+                cur.execute(f"UPDATE `{table}` SET qty = %s, updated_at = NOW(6) "
+                            "WHERE id >= %s AND id < %s", (value, start, start + step))
+    finally:
+        db.close()
+
+
+async def topic_end(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, topic: str) -> int:
+    (described,) = await admin.describe_topics([topic])
+    partitions = [TopicPartition(topic, p["partition"]) for p in described["partitions"]]
+    ends = await consumer.end_offsets(partitions) if partitions else {}
+    return sum(ends.values())
+
+
+def bulks_sent() -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("indexer_bulk_seconds_count"):
+                return float(line.split()[-1])
+    return 0.0
+
+
+@contextlib.asynccontextmanager
+async def daemon(config: Path, env: dict[str, str]) -> AsyncIterator[int]:
+    """`indexer run` with the variant's settings; yields its pid."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "indexer", "run", "--config", str(config), cwd=REPO,
+        env={**os.environ, **env}, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    try:
+        while b"indexer running" not in (line := await proc.stderr.readline()):
+            if not line:
+                raise RuntimeError("indexer run exited before it started")
+        drain = asyncio.create_task(proc.stderr.read())
+        yield proc.pid
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+        with contextlib.suppress(UnboundLocalError):
+            await drain
+
+
+async def wait_caught_up(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str,
+                         topic: str) -> None:
+    deadline = time.monotonic() + CATCH_UP_S
+    while time.monotonic() < deadline:
+        end = await topic_end(admin, consumer, topic)
+        if end and await committed(admin, group, topic) >= end:
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"the daemon did not catch up with {topic} in {CATCH_UP_S} s")
+
+
+async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
+                        consumer: AIOKafkaConsumer, variant: Variant,
+                        table: str, topic: str, alias: str, rows: int, transactions: int,
+                        value: int, pid: int) -> Burst:
+    end_before = await topic_end(admin, consumer, topic)
+    cpu_before = {s: server_cpu(s) for s in SERVERS} | {"indexer": cpu_seconds(pid)}
+    bulks_before = bulks_sent()
+    started = time.perf_counter()
+    writer = asyncio.create_task(asyncio.to_thread(update_burst, table, rows, transactions,
+                                                   value))
+    kafka_s = search_s = 0.0
+    while not search_s:
+        await asyncio.sleep(POLL_S)
+        if not kafka_s and await topic_end(admin, consumer, topic) >= end_before + rows:
+            kafka_s = time.perf_counter() - started
+        if kafka_s:
+            found = await es.count(alias, {"term": {"qty": value}})
+            if found >= rows:
+                search_s = time.perf_counter() - started
+        if time.perf_counter() - started > CATCH_UP_S:
+            raise RuntimeError("the burst did not become searchable in time")
+    await writer
+    cpu = {s: server_cpu(s) for s in SERVERS} | {"indexer": cpu_seconds(pid)}
+    return Burst(variant.label, rows, kafka_s, search_s,
+                 {name: (cpu[name] - cpu_before[name]) / rows * 1e6 for name in cpu},
+                 bulks_sent() - bulks_before)
+
+
+def write_config(folder: Path, table: str, topic: str) -> tuple[Path, str, str]:
+    alias = unique("bench-pipeline").lower().replace("_", "-")
+    (folder / f"{alias}.json").write_bytes(orjson.dumps(BENCH_MAPPING))
+    group = unique("bench-pipeline")
+    path = folder / "bench.toml"
+    path.write_text(
+        f'[kafka]\nbootstrap_servers = "{KAFKA}"\ngroup_id = "{group}"\n'
+        f'dead_letter_topic = "{unique("bench-dlq")}"\n'
+        f'[elasticsearch]\nhosts = ["{ES}"]\nmappings_dir = "{folder}"\n'
+        f"[metrics]\nport = {METRICS_PORT}\n"
+        f'[[tables]]\nname = "{DATABASE}.{table}"\ntopic = "{topic}"\nalias = "{alias}"\n')
+    return path, group, alias
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=196_500)
+    parser.add_argument("--transactions", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variant", action="append", type=Variant.parse,
+                        help="label[:indexer.<section>.<key>=v,connector.<key>=v,...]")
+    args = parser.parse_args()
+    variants: list[Variant] = args.variant or [Variant("default")]
+    table = unique("pipeline")
+    topic = f"mysql.{DATABASE}.{table}"
+    original = rest("GET", f"/connectors/{CONNECTOR}/config")
+    current: dict[str, str] = {}
+    print(f"loading {args.rows:,} rows into {table}", flush=True)
+    load_table(table, args.rows)
+    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+    consumer = AIOKafkaConsumer(bootstrap_servers=KAFKA)
+    await admin.start()
+    await consumer.start()
+    bursts: list[Burst] = []
+    try:
+        async with search_client() as es:
+            with tempfile.TemporaryDirectory() as tmp:
+                config, group, alias = write_config(Path(tmp), table, topic)
+                value = 0
+                for _ in range(args.rounds):
+                    for variant in variants:
+                        if variant.connector != current:
+                            await configure_connector({**original, **variant.connector})
+                            current = variant.connector
+                        async with daemon(config, variant.env) as pid:
+                            await wait_caught_up(admin, consumer, group, topic)
+                            value += 1
+                            burst = await measure_burst(es, admin, consumer, variant, table, topic,
+                                                        alias, args.rows, args.transactions,
+                                                        value, pid)
+                        print(burst.line(), flush=True)
+                        bursts.append(burst)
+                await es.delete_matching(f"{alias}-v*")
+    finally:
+        if current:
+            await configure_connector(original)
+        await consumer.stop()
+        await admin.close()
+        db = mysql()
+        with db.cursor() as cur:
+            cur.execute(f"DROP TABLE `{table}`")
+        db.close()
+    print("medians:")
+    first = None
+    for variant in variants:
+        mine = [b for b in bursts if b.variant == variant.label]
+        cpu = statistics.median(sum(b.cpu_us.values()) for b in mine)
+        indexer = statistics.median(b.cpu_us["indexer"] for b in mine)
+        search = statistics.median(b.search_s for b in mine)
+        first = first or (cpu, indexer, search)
+        print(f"  {variant.label:18} searchable after {search:5.1f} s, all processes "
+              f"{cpu:4.0f} µs CPU per row ({cpu / first[0]:.2f}), indexer {indexer:3.0f} µs "
+              f"({indexer / first[1]:.2f})")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
