@@ -1,8 +1,15 @@
+# The full image has a C compiler: the wheel is built there with the per-event modules
+# compiled by mypyc (setup.py), and only the wheel goes into the slim image.
+FROM python:3.11 AS build
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY indexer ./indexer
+RUN pip wheel --no-cache-dir --no-deps -w /wheels .
+
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY indexer ./indexer
-RUN pip install --no-cache-dir .
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 COPY mappings ./mappings
 COPY examples ./examples
 USER nobody

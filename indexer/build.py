@@ -46,15 +46,25 @@ def is_compiled(module_name: str) -> bool:
     return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 
+def built_files(module_name: str) -> tuple[Path, list[Path]]:
+    """A hot-path module's source and the extension modules built from it: its own (a thin
+    shim) and the group's shared library, which holds the code. Found from the package's
+    folder: a compiled module's ``__file__`` does not always name where it was loaded from."""
+    package = Path(__file__).parent
+    source = package.joinpath(*module_name.split(".")[1:]).with_suffix(".py")
+    built = [source.with_suffix(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    built += package.glob("*__mypyc.*")
+    return source, [path for path in built if path.exists()]
+
+
 def current_build() -> Build:
     compiled, stale = [], []
     for name in HOT_PATH:
         if not is_compiled(name):
             continue
         compiled.append(name)
-        extension = Path(importlib.import_module(name).__file__ or "")
-        source = extension.parent / f"{name.rsplit('.', 1)[1]}.py"
-        if source.exists() and source.stat().st_mtime > extension.stat().st_mtime:
+        source, built = built_files(name)
+        if not built or source.stat().st_mtime > max(path.stat().st_mtime for path in built):
             stale.append(name)
     try:
         version = package_version("indexer")

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 import indexer
-from indexer.build import HOT_PATH, Build, current_build
+from indexer.build import HOT_PATH, Build, built_files, current_build
 from tests.unit import corpus
 
 PACKAGE = Path(indexer.__file__).parent
@@ -31,7 +31,11 @@ def test_the_build_says_what_runs() -> None:
 
 def test_no_compiled_module_is_older_than_its_source() -> None:
     # An edited .py behind a compiled .so is not what runs: dev/venv.sh rebuilds.
-    assert current_build().stale == ()
+    build = current_build()
+    assert build.stale == ()
+    for name in build.compiled:  # the check found what it compares
+        source, built = built_files(name)
+        assert source.is_file() and len(built) == 2, (name, source, built)
 
 
 def test_compiled_and_pure_python_produce_the_same_bytes(tmp_path: Path) -> None:
