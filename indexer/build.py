@@ -15,10 +15,11 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 
 # The modules every event goes through (envelope decoding, value encodings, checksums,
-# documents and versions, bulk lines): setup.py compiles these when it can. Modules that wait
-# on I/O would gain little.
+# documents and versions, bulk lines, and the daemon's per-message bookkeeping, source
+# following and bulk settling): setup.py compiles these when it can.
 HOT_PATH = ("indexer.values", "indexer.checksums", "indexer.events", "indexer.documents",
-            "indexer.sources", "indexer.bulk")
+            "indexer.sources", "indexer.bulk", "indexer.follower", "indexer.daemon",
+            "indexer.sink.elasticsearch")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from aiokafka.structs import ConsumerRecord
@@ -47,24 +47,22 @@ def transient(exc: BaseException) -> bool:
         isinstance(exc, SearchError) and (exc.status >= 500 or exc.status == 429))
 
 
-@dataclass
 class SwitchFound(Exception):
     """A change that starts a new epoch: :meth:`Follower.enter` records it."""
 
-    table: TableConfig
-    key: str
-    offset: int
-    file: int
-    ts_ms: int
-    switch: Switch
+    def __init__(self, table: TableConfig, key: str, offset: int, file: int, ts_ms: int,
+                 switch: Switch) -> None:
+        super().__init__(table.name, key, offset)
+        self.table, self.key, self.offset, self.file = table, key, offset, file
+        self.ts_ms, self.switch = ts_ms, switch
 
 
-@dataclass
 class NotFollowed(Exception):
     """The first change of a partition this process had not followed yet: load its cursor."""
 
-    table: TableConfig
-    key: str
+    def __init__(self, table: TableConfig, key: str) -> None:
+        super().__init__(table.name, key)
+        self.table, self.key = table, key
 
 
 class Follower:
