@@ -177,17 +177,18 @@ async def daemon(config: Path, env: dict[str, str]) -> AsyncIterator[int]:
         env={**os.environ, **env}, stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL)
     assert proc.stderr is not None
+    drain: asyncio.Task[bytes] | None = None
     try:
         while b"indexer running" not in (line := await proc.stderr.readline()):
             if not line:
                 raise RuntimeError("indexer run exited before it started")
-        drain = asyncio.create_task(proc.stderr.read())
+        drain = asyncio.create_task(proc.stderr.read())  # a full pipe would stall it
         yield proc.pid
     finally:
         if proc.returncode is None:
             proc.terminate()
             await proc.wait()
-        with contextlib.suppress(UnboundLocalError):
+        if drain is not None:
             await drain
 
 
