@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
-
 HERE = Path(__file__).parent
 # pip builds the package before it installs the dependencies, so mypyc's type check cannot
 # see them: their types count as Any (compiled as generic operations), and the strict checks
@@ -45,7 +43,7 @@ def extensions() -> list[Any]:
 
         built = mypycify([*TYPE_CHECK, *hot_path()], opt_level="3",
                          group_name="indexer.hot_path")
-    except (ImportError, Exception, SystemExit) as exc:  # mypyc missing or refusing
+    except (Exception, SystemExit) as exc:  # mypyc missing, or refusing
         print(f"indexer: not compiling ({exc!r}); installing pure Python", file=sys.stderr)
         return []
     for extension in built:
@@ -53,4 +51,7 @@ def extensions() -> list[Any]:
     return built
 
 
-setup(ext_modules=extensions())
+if __name__ == "__main__":  # as pip runs it; dev/venv.sh imports hot_path() alone
+    from setuptools import setup
+
+    setup(ext_modules=extensions())

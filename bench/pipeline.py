@@ -41,9 +41,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
 from bench.common import (
-    BENCH_MAPPING,
     DATABASE,
-    ES,
     KAFKA,
     REPO,
     cpu_seconds,
@@ -52,7 +50,7 @@ from bench.common import (
     server_cpu,
     unique,
 )
-from bench.daemon import committed
+from bench.daemon import committed, write_config
 from indexer.sink.search import SearchClient
 
 CONNECT = "http://127.0.0.1:8083"
@@ -174,7 +172,8 @@ async def daemon(config: Path, env: dict[str, str]) -> AsyncIterator[int]:
     """`indexer run` with the variant's settings; yields its pid."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "indexer", "run", "--config", str(config), cwd=REPO,
-        env={**os.environ, **env}, stderr=subprocess.PIPE,
+        env={**os.environ, "INDEXER_METRICS__PORT": str(METRICS_PORT), **env},
+        stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL)
     assert proc.stderr is not None
     drain: asyncio.Task[bytes] | None = None
@@ -231,20 +230,6 @@ async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
                  bulks_sent() - bulks_before)
 
 
-def write_config(folder: Path, table: str, topic: str) -> tuple[Path, str, str]:
-    alias = unique("bench-pipeline").lower().replace("_", "-")
-    (folder / f"{alias}.json").write_bytes(orjson.dumps(BENCH_MAPPING))
-    group = unique("bench-pipeline")
-    path = folder / "bench.toml"
-    path.write_text(
-        f'[kafka]\nbootstrap_servers = "{KAFKA}"\ngroup_id = "{group}"\n'
-        f'dead_letter_topic = "{unique("bench-dlq")}"\n'
-        f'[elasticsearch]\nhosts = ["{ES}"]\nmappings_dir = "{folder}"\n'
-        f"[metrics]\nport = {METRICS_PORT}\n"
-        f'[[tables]]\nname = "{DATABASE}.{table}"\ntopic = "{topic}"\nalias = "{alias}"\n')
-    return path, group, alias
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=196_500)
@@ -268,7 +253,7 @@ async def main() -> None:
     try:
         async with search_client() as es:
             with tempfile.TemporaryDirectory() as tmp:
-                config, group, alias = write_config(Path(tmp), table, topic)
+                config, group, alias = write_config(Path(tmp), table, topic, True)
                 value = 0
                 for _ in range(args.rounds):
                     for variant in variants:

@@ -7,12 +7,7 @@ REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$REPO_DIR/.venv}"
 PYTHON="${PYTHON:-python3}"
 cd "$REPO_DIR"
-# indexer.build.HOT_PATH as files, read without importing the package
-hot_path="$("$PYTHON" -c 'import ast, sys
-tree = ast.parse(open("indexer/build.py").read())
-names = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-             and getattr(n.targets[0], "id", "") == "HOT_PATH")
-print(" ".join(n.replace(".", "/") + ".py" for n in names))')"
+hot_path="$("$PYTHON" -B -c 'import setup; print(" ".join(setup.hot_path()))')"
 # shellcheck disable=SC2086  # the file list is split on purpose
 stamp="$VENV/.installed-$(cat pyproject.toml setup.py $hot_path | sha256sum | cut -c1-16)"
 stamp+="${INDEXER_PURE_PYTHON:+-pure}"

@@ -33,9 +33,9 @@ EPOCH = datetime(1970, 1, 1)
 EPOCH_DATE = date(1970, 1, 1)
 
 
-# The converters below take a JSON value of any shape (``Any``) and check it themselves: a
-# wrong shape is the same TypeError, with the same words, whether this module runs compiled
-# (where a typed parameter would be checked by mypyc, in other words) or as Python.
+# The converters below take a JSON value of any shape (``Any``) and check it themselves, so a
+# wrong shape is the same TypeError, in the same words, compiled or not: a typed parameter
+# would be checked by mypyc in its own words, and only when compiled.
 def integer(value: Any, what: str) -> int:
     if type(value) is not int:
         raise TypeError(f"expected {what} as an integer, got {_shape(value)}")
