@@ -8,10 +8,12 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+from indexer.canary import CANARY_MAPPING
 from indexer.checksums import CHECKSUM_FORMAT, CHECKSUM_META
 from indexer.config import Config, TableConfig
 from indexer.documents import META_FIELD
@@ -22,6 +24,7 @@ from indexer.mappings import (
     load_definition,
     new_index_name,
     sync_alias,
+    validate_definition,
 )
 from indexer.sink.search import SearchClient, SearchError
 from indexer.sink.servers import adapt_mappings
@@ -35,6 +38,8 @@ PURGE_BATCH = 2000
 
 
 def definition_for(config: Config, table: TableConfig) -> IndexDefinition:
+    if table.canary:
+        return validate_definition(CANARY_MAPPING, table.alias, Path("<the canary's mapping>"))
     return load_definition(config.elasticsearch.mappings_dir / table.mapping, table.alias)
 
 

@@ -61,6 +61,22 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_MAX_BACKOFF_S = 30.0
 # SIGTERM gives the batch this long to finish before it is abandoned (never committed).
 DEFAULT_SHUTDOWN_GRACE_S = 20.0
+# The canary: a row `indexer run` changes in MySQL and reads back through the whole pipeline.
+DEFAULT_CANARY_TABLE = "indexer_canary"
+DEFAULT_CANARY_ALIAS = "indexer-canary"
+# A beat every 5 s costs 17,280 one-row updates a day and lets a bound of 30 s hold six beats,
+# so one slow beat is not an alarm, while a loss is reported well within a minute.
+DEFAULT_CANARY_INTERVAL_S = 5.0
+DEFAULT_CANARY_MAX_AGE_S = 30.0
+# Continuous verification: every row of every table once an hour, its queries keeping each
+# server busy at most 5% of the time (a 1M-row table's pass takes a few seconds of each).
+DEFAULT_VERIFY_PERIOD_S = 3600.0
+DEFAULT_VERIFY_LOAD_SHARE = 0.05
+# Rows that differ are looked at again once the pipeline has delivered what was committed
+# before the first look (a canary written after it has arrived), and at least this long after.
+DEFAULT_VERIFY_SETTLE_S = 5.0
+# The quick pass over rows changed recently (tables with a column saying when) runs this often.
+DEFAULT_VERIFY_RECENT_EVERY_S = 60.0
 
 IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 INDEX_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]{0,200}$")
@@ -202,6 +218,36 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
+class CanarySettings:
+    """The end-to-end canary: `indexer run` changes one row per consumer group at an interval
+    in a table the connector captures, and consumes its change events like any other table's.
+    A connector that reads the binlog but emits nothing shows as canaries that never arrive."""
+
+    enabled: bool = True
+    # "<database>.<table>", created if absent; default: the first table's database.
+    table: str | None = None
+    topic: str | None = None  # default <topic_prefix>.<database>.<table>
+    alias: str = DEFAULT_CANARY_ALIAS
+    interval_s: float = DEFAULT_CANARY_INTERVAL_S
+    # No canary indexed for this long while a newer one was written: unhealthy.
+    max_age_s: float = DEFAULT_CANARY_MAX_AGE_S
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    """Continuous verification inside `indexer run`: a rolling pass of chunk checksums over
+    every table within each period, and a quick pass over rows changed recently."""
+
+    enabled: bool = True
+    period_s: float = DEFAULT_VERIFY_PERIOD_S
+    # Share of wall time its queries may keep MySQL and the search server busy.
+    max_load_share: float = DEFAULT_VERIFY_LOAD_SHARE
+    repair: bool = False  # rewrite what differs from MySQL, as `reconcile --repair` does
+    settle_s: float = DEFAULT_VERIFY_SETTLE_S
+    recent_every_s: float = DEFAULT_VERIFY_RECENT_EVERY_S
+
+
+@dataclass(frozen=True)
 class BatchSettings:
     max_events: int = DEFAULT_BATCH_EVENTS
     max_bytes: int = DEFAULT_BATCH_BYTES
@@ -248,6 +294,11 @@ class TableConfig:
     # What a new column does to the live mapping: "map" adds its generated field type there
     # (before its first value arrives), "keep" leaves the mapping to the user.
     new_columns: NewColumns = "map"
+    # The DATETIME/TIMESTAMP column that says when a row last changed, for verification's
+    # quick pass over recent rows; None: found in MySQL (ON UPDATE CURRENT_TIMESTAMP), "" off.
+    changed_column: str | None = None
+    # The canary's own table: its index mapping is built in, and it is no user's table.
+    canary: bool = False
 
     @functools.cached_property
     def name(self) -> str:
@@ -264,6 +315,10 @@ class Config:
     batch: BatchSettings = BatchSettings()
     connect: ConnectSettings = ConnectSettings()
     health: HealthSettings = HealthSettings()
+    canary: CanarySettings = CanarySettings()
+    verify: VerifySettings = VerifySettings()
+    # The canary's table (None when the canary is off): consumed beside ``tables``.
+    canary_table: TableConfig | None = None
     tombstone_retention_s: int = DEFAULT_TOMBSTONE_RETENTION_S
     metrics_port: int = DEFAULT_METRICS_PORT
     metrics_host: str = DEFAULT_METRICS_HOST
@@ -346,7 +401,7 @@ def _apply_table_environment(raw: dict[str, Any], name: str, key: str, value: st
 
 def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
     known = {"kafka", "connector", "elasticsearch", "mysql", "batch", "deletes", "metrics",
-             "logging", "tables", "connect", "health"}
+             "logging", "tables", "connect", "health", "canary", "verify"}
     for key in raw:
         if key not in known:
             raise ConfigError(f"unknown section [{key}]; known: {', '.join(sorted(known))}")
@@ -373,7 +428,11 @@ def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
     if not isinstance(tables_raw, list) or not tables_raw:
         raise ConfigError("tables: at least one [[tables]] entry is required")
     tables = tuple(_table(t, i, connector) for i, t in enumerate(tables_raw))
-    _check_unique(tables)
+    canary = _section(CanarySettings, raw.get("canary", {}), "canary", base_dir)
+    canary_table = _canary_table(canary, tables, connector)
+    _check_unique(tables + ((canary_table,) if canary_table else ()))
+    verify = _section(VerifySettings, raw.get("verify", {}), "verify", base_dir)
+    _check_verify(verify)
     deletes = raw.get("deletes", {})
     metrics = raw.get("metrics", {})
     for key in metrics:
@@ -399,6 +458,9 @@ def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
         batch=batch,
         connect=connect,
         health=health,
+        canary=canary,
+        verify=verify,
+        canary_table=canary_table,
         tombstone_retention_s=_int(deletes.get("tombstone_retention_s",
                                                DEFAULT_TOMBSTONE_RETENTION_S),
                                    "deletes.tombstone_retention_s"),
@@ -456,6 +518,42 @@ def _check_connect(connect: ConnectSettings) -> None:
         raise ConfigError("connect: set both username and password (or password_file)")
 
 
+def _canary_table(canary: CanarySettings, tables: tuple[TableConfig, ...],
+                  connector: ConnectorSettings) -> TableConfig | None:
+    if canary.interval_s <= 0:
+        raise ConfigError("canary.interval_s must be more than 0")
+    if canary.max_age_s < 2 * canary.interval_s:
+        raise ConfigError("canary.max_age_s must be at least twice canary.interval_s (one "
+                          "late beat is not a loss)")
+    if not INDEX_NAME.match(canary.alias):
+        raise ConfigError(f"canary.alias: {canary.alias!r} is not a valid index name "
+                          "(lowercase letters, digits, '_', '-', '.')")
+    if not canary.enabled:
+        return None
+    name = canary.table or f"{tables[0].database}.{DEFAULT_CANARY_TABLE}"
+    if name.count(".") != 1:
+        raise ConfigError(f"canary.table: expected '<database>.<table>', got {name!r}")
+    database, table = name.split(".")
+    _check_identifier(database, "canary.table")
+    _check_identifier(table, "canary.table")
+    # Versioned by its own count: groups that share the canary's index (blue and green)
+    # then share no binlog cursors, and a fail-over changes nothing for it.
+    return TableConfig(database=database, table=table,
+                       topic=canary.topic or f"{connector.topic_prefix}.{name}",
+                       alias=canary.alias, mapping="", version=VersionSource("column", "seq"),
+                       changed_column="", canary=True)
+
+
+def _check_verify(verify: VerifySettings) -> None:
+    for name in ("period_s", "recent_every_s"):
+        if getattr(verify, name) <= 0:
+            raise ConfigError(f"verify.{name} must be more than 0")
+    if not 0 < verify.max_load_share <= 1:
+        raise ConfigError("verify.max_load_share must be more than 0 and at most 1")
+    if verify.settle_s < 0:
+        raise ConfigError("verify.settle_s must be 0 or more")
+
+
 def _check_kafka(kafka: KafkaSettings) -> None:
     if kafka.sasl:
         if kafka.sasl_mechanism == "OAUTHBEARER":
@@ -482,7 +580,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
     allowed = {"name", "topic", "alias", "mapping", "version", "include", "exclude", "rename",
-               "column_types", "new_columns"}
+               "column_types", "new_columns", "changed_column"}
     for key in raw:
         if key not in allowed:
             known = ", ".join(sorted(allowed))
@@ -516,6 +614,11 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
     if new_columns not in ("map", "keep"):
         raise ConfigError(f"{where}.new_columns: expected \"map\" or \"keep\", got "
                           f"{new_columns!r}")
+    changed_column = raw.get("changed_column")
+    if changed_column is not None:
+        changed_column = str(changed_column)
+        if changed_column:
+            _check_identifier(changed_column, f"{where}.changed_column")
     return TableConfig(
         database=database,
         table=table,
@@ -528,6 +631,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         rename=dict(rename),
         column_types={str(k): str(v) for k, v in column_types.items()},
         new_columns=new_columns,
+        changed_column=changed_column,
     )
 
 

@@ -26,6 +26,7 @@ from tenacity import (
 
 from indexer.admin import ensure_table_index
 from indexer.build import current_build
+from indexer.canary import Beat
 from indexer.config import Config, TableConfig
 from indexer.dlq import dead_letter_for
 from indexer.documents import DocumentBuilder
@@ -36,8 +37,10 @@ from indexer.metrics import Metrics
 from indexer.schema_changes import SchemaWatch
 from indexer.sink.elasticsearch import MAPPING_CONFLICT, ElasticsearchSink, Op, Outcome
 from indexer.sink.state import StateStore
+from indexer.source.canary_table import CanaryWriter, writer_name
 from indexer.source.kafka import KafkaSource, Producer, Records
 from indexer.sources import EPOCH_ZERO
+from indexer.verify import Verifier
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +82,12 @@ class Daemon:
     def __init__(self, config: Config, metrics: Metrics | None = None) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
+        self._canary = config.canary_table
         self._tables = {
             t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types,
                                                watch_layouts=True),
                             DocumentBuilder(t, config.mysql.server))
-            for t in config.tables
+            for t in (*config.tables, *((self._canary,) if self._canary else ()))
         }
         batch = config.batch
         self._linger = Linger(batch.linger_ms, batch.max_linger_ms,
@@ -119,17 +123,21 @@ class Daemon:
         ):
             follower = Follower(StateStore(sink.client), self.metrics)
             schemas = SchemaWatch(cfg, sink.client, self.metrics)
-            for table in cfg.tables:
+            for table in (t.config for t in self._tables.values()):
                 await ensure_table_index(sink.client, cfg, table)
                 if self._tables[table.topic].builder.binlog_versions:
                     await follower.load(table)
             await asyncio.gather(*(schemas.start(t.config, t.decoder)
-                                   for t in self._tables.values()))
+                                   for t in self._tables.values() if not t.config.canary))
             self._sink, self._producer, self._follower = sink, producer, follower
             self._schemas = schemas
-            async with KafkaSource(cfg.kafka, list(self._tables), self._on_revoked) as source:
+            async with (
+                KafkaSource(cfg.kafka, list(self._tables), self._on_revoked) as source,
+                contextlib.AsyncExitStack() as checks,
+            ):
                 self._source = source
-                log.info("indexer running: %d tables, group %s; %s", len(self._tables),
+                await self._start_checks(checks, source)
+                log.info("indexer running: %d tables, group %s; %s", len(cfg.tables),
                          cfg.kafka.group_id, current_build().describe)
                 self.started.set()
                 try:
@@ -137,6 +145,26 @@ class Daemon:
                 finally:
                     await self._shutdown()
         log.info("indexer stopped")
+
+    async def _start_checks(self, checks: contextlib.AsyncExitStack,
+                            source: KafkaSource) -> None:
+        """The canary's writer and continuous verification, beside the loop. Each table is
+        looked after by the member that consumes its topic's first partition, so the work is
+        done once per group and moves with the partitions."""
+        cfg = self.config
+
+        def owns(topic: str) -> bool:
+            return TopicPartition(topic, 0) in source.assignment()
+
+        if self._canary is not None:
+            canary = self._canary
+            self.metrics.canary_from(int(time.time() * 1000))
+            await checks.enter_async_context(CanaryWriter(
+                cfg.mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
+                cfg.canary.interval_s, lambda: owns(canary.topic), self.metrics))
+        if cfg.verify.enabled:
+            await checks.enter_async_context(Verifier(
+                cfg, self.metrics, lambda table: owns(table.topic)))
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -319,6 +347,10 @@ class Daemon:
                 outcome = "skipped" if message.op_kind == "tombstone" else ""
             elif op.outcome is Outcome.WRITTEN:
                 outcome = "deleted" if op.write.deleted else "indexed"
+                if message.table is self._canary and not op.write.deleted:
+                    beat = Beat.from_document(op.write.source)
+                    if beat is not None:
+                        self.metrics.canary_indexed(beat.beat_ms)
             elif op.outcome is Outcome.STALE:
                 outcome = "stale"
             key = (message.table.name, message.op_kind or "invalid", outcome)

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any
+
+import pymysql
 from aiokafka.admin import AIOKafkaAdminClient
 
+from indexer import canary
 from indexer.admin import alias_state
-from indexer.config import Config
-from indexer.sink.search import SearchClient, SearchError, SearchUnavailable, TransportError
+from indexer.canary import Beat, Sighting
+from indexer.config import Config, ConfigError, TableConfig
+from indexer.events import DecodeError, EnvelopeDecoder
+from indexer.security import redact_url
+from indexer.sink.search import (
+    SearchClient,
+    SearchError,
+    SearchUnavailable,
+    TransportError,
+    quote,
+)
 from indexer.sink.state import StateStore
+from indexer.source.canary_table import read_beat
 from indexer.source.connect import (
     ConnectClient,
     ConnectorState,
@@ -16,8 +32,12 @@ from indexer.source.connect import (
 )
 from indexer.source.kafka import KafkaUnavailable, client_security, probe
 from indexer.source.topics import TopicReader, age_s
+from indexer.verify import record_problems
 
 HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's heartbeat.topics.prefix default
+# Records read back from the canary topic's end for the group's newest beat: other groups'
+# beats share the topic, one every few seconds each.
+CANARY_SCAN = 500
 
 
 async def check_health(config: Config) -> list[str]:
@@ -42,6 +62,8 @@ async def check_health(config: Config) -> list[str]:
                             f"{switch['reason']}; now in version epoch {switch['epoch']}. Check "
                             f"with `indexer reconcile {table.table}`, then `indexer source ack "
                             f"{table.table}`")
+                problems += record_problems(table, await store.verification(table.alias),
+                                            config.verify)
     except SearchUnavailable as exc:
         problems.append(str(exc))
     except (SearchError, TransportError) as exc:
@@ -62,7 +84,8 @@ async def check_health(config: Config) -> list[str]:
         problems.append(f"kafka: {type(exc).__name__}: {exc}")
     finally:
         await admin.close()
-    return problems + await connect_problems(config) + await stall_problems(config)
+    return (problems + await connect_problems(config) + await stall_problems(config)
+            + (await canary_report(config))[1])
 
 
 async def connect_problems(config: Config) -> list[str]:
@@ -105,3 +128,51 @@ async def stall_problems(config: Config) -> list[str]:
             f"newest event in the tables' topics and {heartbeat_topic(config)} {newest}. Is "
             f"the connector running{hint}? A quiet database looks the same unless the "
             "connector sends heartbeats (heartbeat.interval.ms, heartbeat.action.query)"]
+
+
+async def canary_report(config: Config) -> tuple[dict[str, Any] | None, list[str]]:
+    """Where the group's newest canary beat is (MySQL, Kafka, the index) and what that says
+    is wrong; (None, []) with the canary off."""
+    table = config.canary_table
+    if table is None:
+        return None, []
+    group = config.kafka.group_id
+    now_ms = int(time.time() * 1000)
+    try:
+        written = await asyncio.to_thread(read_beat, config.mysql, table, group)
+    except (ConfigError, pymysql.err.MySQLError, OSError) as exc:
+        return None, [f"canary {table.name}: cannot read it from MySQL ({exc})"]
+    async with SearchClient(config.elasticsearch) as client:
+        found = await client.request("GET", f"/{table.alias}/_doc/{quote(group)}", ok=(404,))
+    source = found.get("_source") if found and found.get("found") else None
+    indexed = Beat.from_row(source) if isinstance(source, dict) and "seq" in source else None
+    async with TopicReader(config.kafka) as reader:
+        in_kafka = await _newest_beat(reader, config, table)
+        heartbeat = await reader.newest(heartbeat_topic(config))
+    seen = Sighting(written, in_kafka, indexed, age_s(heartbeat) if heartbeat else None)
+    hint = ""
+    if config.connect.url:
+        hint = (f" (curl -X POST '{redact_url(config.connect.url).rstrip('/')}/connectors/"
+                "<name>/restart?includeTasks=true')")
+    return seen.as_json(now_ms), canary.problems(config.canary, table, group, seen, now_ms,
+                                                 hint)
+
+
+async def _newest_beat(reader: TopicReader, config: Config, table: TableConfig) -> Beat | None:
+    decoder = EnvelopeDecoder(config.connector, table.column_types)
+    group = config.kafka.group_id
+    newest: Beat | None = None
+    for tp in await reader.partitions(table.topic):
+        for record in (await reader.scan_back(tp, lambda r: r.value is not None,
+                                              limit=CANARY_SCAN, budget=CANARY_SCAN))[0]:
+            try:
+                change = decoder.decode(record.key, record.value)
+            except DecodeError:
+                continue
+            if change is None or change.after is None or change.key.get("group_id") != group:
+                continue
+            beat = Beat.from_row(change.after)
+            if newest is None or beat.seq > newest.seq:
+                newest = beat
+            break  # newest first: the rest of this partition is older
+    return newest

@@ -11,6 +11,7 @@ from indexer.config import ConfigError
 
 BULK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 AGE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+CANARY_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
 class Metrics:
@@ -57,6 +58,34 @@ class Metrics:
         self.version_epoch = Gauge("indexer_version_epoch", "The version epoch a table's "
                                    "binlog versions are in (0 until a source switch)",
                                    ["table"], registry=r)
+        self.canaries_written = Counter("indexer_canaries_written", "Canary beats written into "
+                                        "MySQL by this daemon", registry=r)
+        self.canary_write_failures = Counter("indexer_canary_write_failures", "Canary beats "
+                                             "MySQL refused or could not take", registry=r)
+        self.canary_latency = Histogram("indexer_canary_latency_seconds", "From a canary beat "
+                                        "written into MySQL to its document confirmed by the "
+                                        "search server", buckets=CANARY_BUCKETS, registry=r)
+        self.canary_age = Gauge("indexer_canary_age_seconds", "Now (at the scrape) minus the "
+                                "time the newest canary beat indexed was written (since the "
+                                "daemon started, until one is)", registry=r)
+        self._canary_ms = 0
+        self.verify_rows = Counter("indexer_verify_rows", "Rows covered by continuous "
+                                   "verification's checks", ["table", "pass"], registry=r)
+        self.verify_drift = Counter("indexer_verify_drift", "Rows continuous verification found "
+                                    "differing from MySQL (after a second look)",
+                                    ["table", "kind"], registry=r)
+        self.verify_repaired = Counter("indexer_verify_repaired", "Rows continuous verification "
+                                       "rewrote or tombstoned", ["table"], registry=r)
+        self.verify_unrepaired = Gauge("indexer_verify_unrepaired_rows", "Rows found differing "
+                                       "and not repaired (verify.repair off), as of the last "
+                                       "look", ["table"], registry=r)
+        self.verify_busy = Counter("indexer_verify_busy_seconds", "Time continuous "
+                                   "verification's queries kept each server busy",
+                                   ["table", "server"], registry=r)
+        self.verify_pass_seconds = Gauge("indexer_verify_pass_seconds", "How long the last "
+                                         "whole pass over the table took", ["table"], registry=r)
+        self.verify_passed = Gauge("indexer_verify_last_pass_timestamp_seconds", "When the last "
+                                   "whole pass over the table ended", ["table"], registry=r)
 
     def written_up_to(self, table: str, ts_ms: int) -> None:
         """The newest source commit time written for a table: freshness is computed from it
@@ -66,6 +95,17 @@ class Metrics:
             self.freshness.labels(table).set_function(
                 lambda: max(0.0, clock() - newest[table]))
         self._newest_s[table] = max(self._newest_s.get(table, 0.0), ts_ms / 1000)
+
+    def canary_from(self, started_ms: int) -> None:
+        """Starts the canary's age: from now until the first beat is indexed."""
+        self._canary_ms = started_ms
+        clock = self._clock
+        self.canary_age.set_function(lambda: max(0.0, clock() - self._canary_ms / 1000))
+
+    def canary_indexed(self, beat_ms: int) -> None:
+        """A beat confirmed by the search server."""
+        self.canary_latency.observe(max(0.0, self._clock() - beat_ms / 1000))
+        self._canary_ms = max(self._canary_ms, beat_ms)
 
     def serve(self, host: str, port: int) -> None:
         """Exposes /metrics on host:port (port 0 = off)."""

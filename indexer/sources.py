@@ -76,6 +76,37 @@ def parse_gtid(gtid: str | None) -> tuple[str, int] | None:
     return None
 
 
+_MYSQL_INTERVALS = re.compile(r"^([0-9a-fA-F-]{36})((?::\d+(?:-\d+)?)+)$")
+
+
+def gtid_set_tops(gtids: str) -> dict[str, int] | None:
+    """The highest sequence number of each owner in a GTID set as servers and Debezium write
+    it: MariaDB's ``domain-server-seq`` list (numbers grow per domain, whichever server) or
+    MySQL's ``uuid:1-100:105`` intervals. None when it is not one."""
+    tops: dict[str, int] = {}
+    for part in (p.strip() for p in gtids.replace("\n", "").split(",")):
+        if not part:
+            continue
+        if match := _MARIADB_GTID.match(part):
+            owner, top = f"domain {match.group(1)}", int(match.group(3))
+        elif match := _MYSQL_INTERVALS.match(part):
+            owner = match.group(1).lower()
+            top = max(int(n) for n in re.split(r"[:-]", match.group(2)) if n)
+        else:
+            return None
+        tops[owner] = max(top, tops.get(owner, 0))
+    return tops
+
+
+def gtid_set_reached(done: str, target: str) -> bool | None:
+    """Whether the GTID set ``done`` has reached every owner's newest transaction in
+    ``target``; None when either cannot be read."""
+    have, want = gtid_set_tops(done), gtid_set_tops(target)
+    if have is None or want is None:
+        return None
+    return all(have.get(owner, 0) >= top for owner, top in want.items())
+
+
 @dataclass(frozen=True)
 class Epoch:
     """Versions of this epoch put ``tier + file - base`` in the file-number field."""

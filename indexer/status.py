@@ -20,10 +20,11 @@ from indexer.config import Config, TableConfig
 from indexer.dlq import DeadLetter
 from indexer.documents import META_FIELD
 from indexer.events import DecodeError, EnvelopeDecoder
-from indexer.health import connectors, stall_problems
+from indexer.health import canary_report, connectors, stall_problems
 from indexer.sink.search import SearchClient
 from indexer.sink.state import StateStore
 from indexer.source.topics import PartitionLag, Record, TopicReader, iso_time
+from indexer.verify import record_problems
 
 
 @dataclass
@@ -48,6 +49,7 @@ class TableStatus:
     partitions: list[PartitionStatus] = field(default_factory=list)
     dead_letters: dict[str, int] = field(default_factory=dict)  # kind -> count since
     unacknowledged_switches: int = 0
+    verification: dict[str, Any] | None = None  # continuous verification's record
 
     @property
     def lag(self) -> int:
@@ -66,13 +68,14 @@ class Status:
     dead_letters_since: str | None
     tables: list[TableStatus]
     connectors: list[dict[str, Any]] = field(default_factory=list)
+    canary: dict[str, Any] | None = None  # where the newest beat is (canary.Sighting)
     problems: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {"group": self.group, "consumers": self.consumers,
                 "dead_letters_since": self.dead_letters_since, "connectors": self.connectors,
-                "tables": [t.as_json() for t in self.tables], "problems": self.problems,
-                "healthy": not self.problems}
+                "canary": self.canary, "tables": [t.as_json() for t in self.tables],
+                "problems": self.problems, "healthy": not self.problems}
 
 
 def table_problems(status: TableStatus, consumers: int) -> list[str]:
@@ -109,6 +112,7 @@ async def gather(config: Config, since_ms: int | None) -> Status:
             if table.version.kind == "binlog":
                 registry = await state.load(table.alias)
                 status.unacknowledged_switches = len(registry.unacknowledged)
+            status.verification = await state.verification(table.alias)
             tables[table.topic] = status
     async with TopicReader(config.kafka) as reader:
         consumers = await reader.members(group)
@@ -127,10 +131,14 @@ async def gather(config: Config, since_ms: int | None) -> Status:
                     list(tables.values()))
     for status in result.tables:
         result.problems.extend(table_problems(status, len(consumers)))
+        result.problems.extend(record_problems(config.table(status.table), status.verification,
+                                               config.verify))
     states, problems = await connectors(config)
     result.connectors = [s.as_json() for s in states]
     result.problems.extend(problems)
     result.problems.extend(await stall_problems(config))
+    result.canary, problems = await canary_report(config)
+    result.problems.extend(problems)
     return result
 
 
@@ -180,6 +188,18 @@ def render_text(status: Status) -> list[str]:
             lines.append(f"  {t.topic}[{p.partition}]: end {p.end:,}, committed "
                          f"{_n(p.committed)}, lag {p.lag:,}, indexed up to "
                          f"{p.indexed_up_to or '-'}{waiting}")
+        if (v := t.verification) is not None:
+            lines.append(f"  verified: last whole pass {v.get('last_pass_at') or '-'} ("
+                         f"{v.get('last_pass_s', '-')} s); rows differing and not repaired "
+                         f"{v.get('unrepaired_count', 0):,}")
+    if (c := status.canary) is not None:
+        def where(beat: dict[str, Any] | None) -> str:
+            return "-" if beat is None else f"beat {beat['seq']:,} ({beat['age_s']:,.1f} s ago)"
+
+        heartbeat = c["heartbeat_age_s"]
+        lines.append(f"canary: written {where(c['written'])}, in Kafka {where(c['in_kafka'])}, "
+                     f"indexed {where(c['indexed'])}; Debezium heartbeat "
+                     + ("-" if heartbeat is None else f"{heartbeat:,.1f} s ago"))
     for c in status.connectors:
         tasks = ", ".join(f"task {t['id']} {t['state']}" for t in c["tasks"]) or "no task"
         lines.append(f"connector {c['name']}: {c['state']} ({tasks})")

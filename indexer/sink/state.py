@@ -17,6 +17,8 @@ from indexer.sources import Epoch, Registry
 log = logging.getLogger(__name__)
 
 STATE_INDEX = "indexer-state"
+# A table's continuous verification record, beside its registry ("@" is in no alias).
+VERIFY_PREFIX = "verify@"
 # Concurrent writers of one table's document retry this often before giving up.
 MAX_CONFLICTS = 20
 
@@ -56,6 +58,19 @@ class StateStore:
                           "table with `indexer reconcile`, then `indexer source ack`.", alias,
                           where, switch["reason"], switch["old"], switch["new"], epoch.number)
         return epoch
+
+    async def verification(self, alias: str) -> dict[str, Any] | None:
+        """What continuous verification last recorded for a table (None: nothing yet)."""
+        found = await self._client.request(
+            "GET", f"/{STATE_INDEX}/_doc/{quote(VERIFY_PREFIX + alias)}", ok=(404,))
+        return found["_source"] if found and found.get("found") else None
+
+    async def record_verification(self, alias: str, record: dict[str, Any]) -> None:
+        """Replaces the table's verification record: one writer at a time (the daemon that
+        verifies the table, or a whole-table `indexer reconcile`), last one wins."""
+        await self._ensure_index()
+        await self._client.request("PUT", f"/{STATE_INDEX}/_doc/{quote(VERIFY_PREFIX + alias)}",
+                                   record)
 
     async def _read(self, alias: str) -> tuple[Registry, dict[str, Any]]:
         found = await self._client.request("GET", f"/{STATE_INDEX}/_doc/{quote(alias)}",

@@ -139,6 +139,20 @@ class ConnectClient:
     async def states(self) -> list[ConnectorState]:
         return parse_states(await self._get("/connectors?expand=status"))
 
+    async def names(self) -> list[str]:
+        return [str(name) for name in await self._get("/connectors")]
+
+    async def committed_gtids(self, name: str, server: str) -> str | None:
+        """The GTID set a connector has committed as its source offset for Debezium's logical
+        server ``server`` (its topic.prefix): Kafka Connect commits a source offset only
+        once Kafka acknowledged every record before it (GET .../offsets, Kafka 3.6+)."""
+        found = await self._get(f"/connectors/{name}/offsets")
+        for entry in found.get("offsets", []):
+            if entry.get("partition", {}).get("server") == server:
+                gtids = entry.get("offset", {}).get("gtids")
+                return str(gtids) if gtids else None
+        return None
+
     async def _get(self, path: str) -> Any:
         assert self._session is not None, "use the client as an async context manager"
         where = redact_url(self._url)

@@ -41,7 +41,7 @@ IDS_PER_LOOKUP = 1000
 SCAN_ABOVE_IDS = 20_000
 
 
-def _quote(identifier: str) -> str:
+def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
@@ -138,7 +138,7 @@ class TableLayout:
 
     @property
     def qualified(self) -> str:
-        return f"{_quote(self.database)}.{_quote(self.table)}"
+        return f"{quote(self.database)}.{quote(self.table)}"
 
     @property
     def integer_key(self) -> bool:
@@ -182,6 +182,18 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str, table
     return layout
 
 
+def gtid_position(settings: MySQLSettings, database: str) -> str | None:
+    """The GTIDs the server has committed so far (MariaDB's @@gtid_binlog_pos, MySQL's
+    @@gtid_executed); None without GTIDs. No privilege is needed to read them."""
+    with connect(settings, database) as conn:
+        flavor = server_flavor(conn) if settings.server == "auto" else settings.server
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos" if flavor == "mariadb"
+                        else "SELECT @@gtid_executed")
+            ((found,),) = cur.fetchall()
+    return str(found) if found else None
+
+
 def read_layout(settings: MySQLSettings, database: str, table: str) -> TableLayout:
     with connect(settings, database) as conn:
         return table_layout(conn, database, table, settings.server)
@@ -215,7 +227,7 @@ def _unless_zero_date(column: str, expression: str) -> str:
 def value_sql(column: Column) -> str:
     """SQL for one column's element of the row's JSON array: the canonical value of
     :mod:`indexer.values` where the server can write it, else text :func:`finisher` ends."""
-    c, t = _quote(column.name), column.data_type
+    c, t = quote(column.name), column.data_type
     if t in _INTEGERS:
         # YEAR 0 prints as 0000 and ZEROFILL pads: neither is a JSON number.
         zero_padded = t == "year" or "zerofill" in column.column_type
@@ -277,7 +289,7 @@ class RowReader:
 
     def select(self, where: str = "") -> str:
         array = ", ".join(value_sql(c) for c in self.layout.columns)
-        order = ", ".join(_quote(c.name) for c in self.layout.key)
+        order = ", ".join(quote(c.name) for c in self.layout.key)
         return f"SELECT JSON_ARRAY({array}) FROM {self.layout.qualified} {where} ORDER BY {order}"
 
 
@@ -285,7 +297,7 @@ def ids_where(layout: TableLayout, ids: Sequence[str]) -> tuple[str, list[Any]]:
     """A WHERE clause (and its parameters) selecting the rows behind these document ids."""
     marks = ", ".join(["%s"] * len(ids))
     if layout.integer_key:
-        return f"WHERE {_quote(layout.key[0].name)} IN ({marks})", [int(i) for i in ids]
+        return f"WHERE {quote(layout.key[0].name)} IN ({marks})", [int(i) for i in ids]
     # No index on the expression: a scan, fine for the few rows repaired or explained.
     return f"WHERE {id_sql(layout)} IN ({marks})", list(ids)
 
@@ -373,7 +385,7 @@ class Snapshot:
         """(min, max) of an integer primary key, inside the snapshot."""
         (key,) = self.layout.key
         with self._conn.cursor() as cur:
-            cur.execute(f"SELECT MIN({_quote(key.name)}), MAX({_quote(key.name)}) "
+            cur.execute(f"SELECT MIN({quote(key.name)}), MAX({quote(key.name)}) "
                         f"FROM {self.layout.qualified}")
             low, high = cur.fetchone() or (None, None)
         return None if low is None or high is None else (int(low), int(high))
@@ -438,7 +450,7 @@ def key_range_where(layout: TableLayout, low: int | None,
                     high: int | None) -> tuple[str, tuple[int, ...]]:
     """A WHERE clause for an integer key range; None leaves that end open."""
     (key,) = layout.key
-    name = _quote(key.name)
+    name = quote(key.name)
     conditions = [f"{name} {op} %s" for op, bound in ((">=", low), ("<=", high))
                   if bound is not None]
     args = tuple(bound for bound in (low, high) if bound is not None)
@@ -459,7 +471,7 @@ def text_sql(column: Column, flavor: Flavor = "mariadb") -> str:
     """SQL giving the column as the text :func:`indexer.checksums.hash_text` gives its
     canonical value (NULL for NULL). JSON and SET texts are compact on MariaDB (its
     JSON_COMPACT) and spaced on MySQL 8, which renders JSON that way and cannot compact it."""
-    c, t = _quote(column.name), column.data_type
+    c, t = quote(column.name), column.data_type
     if t in _FLOATS:
         # As a double, written the way checksums.double_text writes it (a FLOAT too: its
         # own text has only 6 digits; DOUBLE(M,D) would keep D decimals).
@@ -526,7 +538,7 @@ def chunk_sums(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Fi
 
 def _chunk_sql(layout: TableLayout, width: int) -> str:
     if layout.integer_key:
-        return f"FLOOR({_quote(layout.key[0].name)} / {int(width)})"
+        return f"FLOOR({quote(layout.key[0].name)} / {int(width)})"
     return f"MOD(CRC32({id_sql(layout)}), {KEY_BUCKETS})"
 
 
@@ -536,7 +548,7 @@ def chunk_rows(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Fi
     if not chunks:
         return {}
     if layout.integer_key:
-        key = _quote(layout.key[0].name)
+        key = quote(layout.key[0].name)
         where = " OR ".join(f"({key} >= %s AND {key} < %s)" for _ in chunks)
         args: list[int] = []
         for c in chunks:
@@ -551,9 +563,68 @@ def chunk_rows(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Fi
     return {str(i): int(h) for i, h in found}
 
 
+def hashes_for_ids(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Field],
+                   ids: Sequence[str]) -> dict[str, int]:
+    """id -> row hash of the rows behind these document ids (absent ids are left out)."""
+    if not ids:
+        return {}
+    where, args = ids_where(layout, ids)
+    found = _fetch_all(settings, layout.database,
+                       f"SELECT {id_sql(layout)}, {hash_sql(fields, layout.flavor)} "
+                       f"FROM {layout.qualified} {where}", args)
+    return {str(i): int(h) for i, h in found}
+
+
+def changed_since(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Field],
+                  column: str, since: str | None, back_s: float,
+                  limit: int) -> tuple[dict[str, int], str | None]:
+    """id -> row hash of the rows whose ``column`` (when the row last changed) is at least
+    ``since`` (None: ``back_s`` before the newest value), oldest first, at most ``limit``; and
+    the newest value read (None: no row). Values are the column's own text, so the server's
+    and the writers' time zones never meet."""
+    c = quote(column)
+    if since is None:
+        ((since,),) = _fetch_all(settings, layout.database,
+                                 f"SELECT CAST(MAX({c}) - INTERVAL %s SECOND AS CHAR) "
+                                 f"FROM {layout.qualified}", (int(back_s),))
+        if since is None:
+            return {}, None
+    found = _fetch_all(settings, layout.database,
+                       f"SELECT {id_sql(layout)}, {hash_sql(fields, layout.flavor)}, "
+                       f"CAST({c} AS CHAR) FROM {layout.qualified} WHERE {c} >= %s "
+                       f"ORDER BY {c} LIMIT {int(limit)}", (since,))
+    return {str(i): int(h) for i, h, _ in found}, (str(found[-1][2]) if found else since)
+
+
+def changed_column(settings: MySQLSettings, layout: TableLayout,
+                   wanted: str | None) -> tuple[str | None, str]:
+    """The indexed DATETIME/TIMESTAMP column that says when a row last changed: ``wanted``,
+    or the one MySQL sets ON UPDATE CURRENT_TIMESTAMP; and why there is none."""
+    columns = _fetch_all(settings, layout.database,
+                         "SELECT COLUMN_NAME, DATA_TYPE, EXTRA FROM information_schema.COLUMNS "
+                         "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                         (layout.database, layout.table))
+    if wanted is None:
+        found = [str(name) for name, data_type, extra in columns
+                 if str(data_type).lower() in ("datetime", "timestamp")
+                 and "on update current_timestamp" in str(extra).lower()]
+        if not found:
+            return None, "no column is set ON UPDATE CURRENT_TIMESTAMP (set changed_column)"
+        wanted = found[0]
+    elif wanted not in {str(name) for name, _, _ in columns}:
+        return None, f"changed_column {wanted!r} is not a column of the table"
+    leading = _fetch_all(settings, layout.database,
+                         "SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+                         "AND TABLE_NAME = %s AND COLUMN_NAME = %s AND SEQ_IN_INDEX = 1",
+                         (layout.database, layout.table, wanted))
+    if not leading:
+        return None, f"column {wanted} has no index of its own (each look would scan the table)"
+    return wanted, ""
+
+
 def key_range(settings: MySQLSettings, layout: TableLayout) -> tuple[int, int, int] | None:
     """(min key, max key, rows) of an integer-keyed table."""
-    key = _quote(layout.key[0].name)
+    key = quote(layout.key[0].name)
     ((low, high, rows),) = _fetch_all(
         settings, layout.database,
         f"SELECT MIN({key}), MAX({key}), COUNT(*) FROM {layout.qualified}")

@@ -24,3 +24,21 @@ def test_freshness_never_negative() -> None:
     m = Metrics(clock=lambda: 100.0)
     m.written_up_to("db.t", 105_000)  # source clock ahead of ours
     assert freshness(m, "db.t") == 0.0
+
+
+def test_canary_age_grows_from_the_start_until_a_beat_is_indexed() -> None:
+    now = [1000.0]
+    m = Metrics(clock=lambda: now[0])
+
+    def age() -> float | None:
+        return m.registry.get_sample_value("indexer_canary_age_seconds")
+
+    m.canary_from(990_000)  # the daemon started 10 s ago, no beat yet
+    assert age() == pytest.approx(10.0)
+    m.canary_indexed(999_000)  # written 1 s ago, confirmed now
+    assert age() == pytest.approx(1.0)
+    assert m.registry.get_sample_value("indexer_canary_latency_seconds_sum") == pytest.approx(1)
+    m.canary_indexed(995_000)  # a late duplicate does not make the canary younger or older
+    now[0] = 1030.0
+    assert age() == pytest.approx(31.0)
+    assert m.registry.get_sample_value("indexer_canary_latency_seconds_count") == 2

@@ -159,3 +159,20 @@ def test_no_room_for_another_epoch_is_said_clearly() -> None:
     registry = Registry(high_field=(1 << 19) - 10)
     with pytest.raises(ValueError, match="no room for another version epoch"):
         registry.start_epoch(3, T0)
+
+
+def test_gtid_sets_are_compared_per_owner_in_both_flavors() -> None:
+    from indexer.sources import gtid_set_reached, gtid_set_tops
+
+    assert gtid_set_tops("0-1-488880,1-2-5") == {"domain 0": 488880, "domain 1": 5}
+    uuid = "3E11FA47-71CA-11E1-9E33-C80AA9429562"
+    assert gtid_set_tops(f"{uuid}:1-100:105,\n{uuid.replace('3E', '4E')}:7") == {
+        uuid.lower(): 105, uuid.replace("3E", "4E").lower(): 7}
+    assert gtid_set_tops("nonsense") is None
+    # MariaDB numbers grow per domain whichever server wrote them (a promotion keeps them).
+    assert gtid_set_reached("0-2-500", "0-1-499") is True
+    assert gtid_set_reached("0-1-499", "0-1-500") is False
+    assert gtid_set_reached("0-1-500", "0-1-500,1-1-3") is False  # a domain not reached
+    assert gtid_set_reached(f"{uuid}:1-100", f"{uuid}:1-99") is True
+    assert gtid_set_reached("", "0-1-1") is False
+    assert gtid_set_reached("0-1-5", "x") is None
