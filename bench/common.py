@@ -139,6 +139,10 @@ def decimal_base64(cents: int) -> str:
                             ).decode()
 
 
+# Events.base_micros as MySQL writes a DATETIME: rows made in SQL match the events' documents.
+BASE = "2025-10-09 08:53:20"
+
+
 class Events:
     """Debezium events in the real connector's format, synthesised from one captured event."""
 

@@ -30,6 +30,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
 from bench.common import (
+    BASE,
     BENCH_MAPPING,
     CLIENT_CORE,
     DATABASE,
@@ -253,6 +254,7 @@ async def main(n: int, modes: list[bool], baseline: Path | None) -> None:
     try:
         db = mysql()
         table, events = await capture_template(db)
+        fill_rows(db, table, n)
         for schemas in modes:
             topic = unique("bench-events")
             size = await produce_events(topic, events, n, schemas)
@@ -282,6 +284,21 @@ async def main(n: int, modes: list[bool], baseline: Path | None) -> None:
             cur.execute(f"DROP TABLE `{table}`")
     finally:
         unpin()
+
+
+def fill_rows(db: Any, table: str, n: int) -> None:
+    """The rows the events describe, in MySQL too (binlog off: Debezium must not stream them),
+    so that the daemon's continuous verification finds the index equal to the table, as in
+    production, and costs what it costs there."""
+    with db.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"DELETE FROM `{table}`")
+        for start in range(0, n, 1_000_000):
+            cur.execute(f"INSERT INTO `{table}` SELECT seq, CONCAT('product ', seq), "
+                        "(100 + seq MOD 100000) / 100, seq MOD 1000, "
+                        f"TIMESTAMPADD(MICROSECOND, seq, '{BASE}') "
+                        f"FROM seq_{start}_to_{min(start + 999_999, n - 1)}")
+        cur.execute("SET SESSION sql_log_bin = 1")
 
 
 async def _delete_topic(topic: str) -> None:

@@ -26,6 +26,7 @@ import aiohttp
 import orjson
 
 from bench.common import (
+    BASE,
     BENCH_COLUMNS,
     BENCH_MAPPING,
     CLIENT_CORE,
@@ -42,7 +43,6 @@ from bench.daemon import ceiling_bodies, raw_ceiling
 from indexer.mappings import load_settings
 
 BENCH_DATABASE = "indexer_bench"  # not in the connector's database.include.list
-BASE = "2025-10-09 08:53:20"  # Events.base_micros, so the documents match the ceiling's
 
 
 def create_table(rows: int) -> str:
