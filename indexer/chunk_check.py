@@ -247,6 +247,17 @@ async def compare_ids(config: Config, client: SearchClient, table: TableConfig, 
     return found
 
 
+async def es_hashes_for_ids(client: SearchClient, alias: str,
+                            ids: Sequence[str]) -> dict[str, int]:
+    """id -> stored hash of these documents, an ids query of at most IDS_PER_LOOKUP at a time
+    (the server refuses more ids than its result window, 10,000 by default)."""
+    found: dict[str, int] = {}
+    for start in range(0, len(ids), mysql.IDS_PER_LOOKUP):
+        found.update(await es_hashes(client, alias, {"ids": {
+            "values": list(ids[start:start + mysql.IDS_PER_LOOKUP])}}))
+    return found
+
+
 def chunk_scope(plan: Plan, chunks: Sequence[int]) -> dict[str, Any]:
     if plan.width:
         return {"bool": {"should": [

@@ -123,6 +123,17 @@ def record_problems(table: TableConfig, record: dict[str, Any] | None,
     return found
 
 
+def resumable(record: dict[str, Any], period_s: float, now_s: float) -> int | None:
+    """The key a pass cut short stopped at, when it started less than two periods ago (else
+    a new pass begins)."""
+    next_key, started = record.get("next_key"), record.get("pass_started_at")
+    if next_key is None or not started:
+        return None
+    if now_s - datetime.fromisoformat(started).timestamp() > 2 * period_s:
+        return None
+    return int(next_key)
+
+
 def _iso(ms: float) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
@@ -209,12 +220,16 @@ class Verifier:
     # --- the rolling pass --------------------------------------------------------------------
 
     async def _rolling(self, table: _Table) -> bool:
-        """One whole pass over the table, spread over the period."""
+        """One whole pass over the table, spread over the period; a pass cut short (a restart,
+        partitions moved) is taken up where it stopped by whichever daemon verifies next."""
         cfg, settings = self._config, self._settings
         await self._load(table)
-        started = time.monotonic()
-        table.record["pass_started_at"] = _iso(time.time() * 1000)
         name = table.config.name
+        now_s = time.time()
+        resume = resumable(table.record, settings.period_s, now_s)
+        if resume is None:
+            table.record["pass_started_at"] = _iso(now_s * 1000)
+            table.record.pop("next_key", None)
         es_bounds = await chunk_check.es_key_bounds(self._client, table.config.alias)
         plan = await asyncio.to_thread(chunk_check.make_plan, cfg, table.config, es_bounds)
         # Documents without the indexer's chunk field (written behind its back) are in no
@@ -223,8 +238,10 @@ class Verifier:
         steps = slices(plan)
         interval = settings.period_s / len(steps)
         for first, last in steps:
+            if last is not None and resume is not None and (last + 1) * plan.width <= resume:
+                continue  # checked before the pass was cut short
             if not self._owns(table.config):
-                return True  # another daemon takes over; this pass is abandoned
+                return True  # another daemon takes over, from the record
             began = time.monotonic()
             looked_ms = time.time() * 1000
             sql_sums, es_sums = await asyncio.gather(
@@ -248,6 +265,9 @@ class Verifier:
 
             found = await self._timed(name, "mysql", look()) if chunks or with_loose else {}
             waited = await self._judge(table, plan, found, look, looked_ms, covers)
+            if last is not None:
+                table.record["next_key"] = (last + 1) * plan.width
+                await self._save(table)
             await asyncio.sleep(pause_s(time.monotonic() - began - waited, interval,
                                         settings.max_load_share))
         # Those whose id is no integer key are in no slice.
@@ -259,11 +279,12 @@ class Verifier:
 
             await self._judge(table, plan, outside, again, time.time() * 1000,
                               lambda i: plan.chunk_of(i) == chunk_check.UNCHUNKED)
-        took = time.monotonic() - started
+        took = time.time() - datetime.fromisoformat(table.record["pass_started_at"]).timestamp()
         self._metrics.verify_pass_seconds.labels(name).set(took)
         self._metrics.verify_passed.labels(name).set(time.time())
         table.record["last_pass_at"] = _iso(time.time() * 1000)
         table.record["last_pass_s"] = round(took, 1)
+        table.record.pop("next_key", None)
         await self._save(table)
         if took > 1.5 * settings.period_s:
             log.warning("verification of %s: a pass took %.0f s, longer than verify.period_s "
@@ -300,8 +321,8 @@ class Verifier:
             self._metrics.verify_rows.labels(name, "recent").inc(len(hashes))
             waited = 0.0
             if hashes:
-                docs = await self._timed(name, "search", chunk_check.es_hashes(
-                    self._client, table.config.alias, {"ids": {"values": list(hashes)}}))
+                docs = await self._timed(name, "search", chunk_check.es_hashes_for_ids(
+                    self._client, table.config.alias, list(hashes)))
                 found = chunk_check.compare_hashes(hashes, docs)
                 ids = list(found)
 

@@ -11,7 +11,15 @@ import pytest
 from indexer.chunk_check import Difference, Plan, compare_hashes
 from indexer.config import ConfigError, VerifySettings, build_config
 from indexer.source.mysql import Column, TableLayout
-from indexer.verify import believed, next_since, pause_s, record_problems, slices, summary
+from indexer.verify import (
+    believed,
+    next_since,
+    pause_s,
+    record_problems,
+    resumable,
+    slices,
+    summary,
+)
 
 LAYOUT = TableLayout("db", "t", (Column("id", "int", "int(11)", 0, 1),))
 TABLE = build_config({"tables": [{"name": "db.t"}]}, Path()).tables[0]
@@ -110,3 +118,12 @@ def test_a_tables_changed_column_is_a_plain_identifier_or_off() -> None:
     assert table("") == ""
     with pytest.raises(ConfigError, match=r"tables\[db.t\].changed_column"):
         table("updated at")
+
+
+def test_a_pass_cut_short_is_taken_up_where_it_stopped_unless_it_is_old() -> None:
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
+    cut = {"pass_started_at": "2026-12-01T11:50:00+00:00", "next_key": 64_000}
+    assert resumable(cut, 600, now) == 64_000
+    assert resumable(cut, 240, now) is None  # started more than two periods ago: anew
+    assert resumable({"pass_started_at": "2026-12-01T11:50:00+00:00"}, 600, now) is None
+    assert resumable({}, 600, now) is None
