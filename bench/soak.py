@@ -169,35 +169,38 @@ def python_of(checkout: Path | None) -> tuple[str, Path]:
 
 
 class DaemonProcess:
-    """`indexer run` as a child process whose output goes to one log file."""
+    """`indexer run` as a child process whose output goes to one log file; never two at once
+    (faults run in threads side by side, and each may start it again)."""
 
     def __init__(self, config: Path, log_file: Path, checkout: Path | None) -> None:
         self.config = config
         self.log_file = log_file
         self.python, self.cwd = python_of(checkout)
         self.proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
 
     def start(self) -> None:
-        with self.log_file.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [self.python, "-m", "indexer", "run", "--config", str(self.config)],
-                cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT)
+        """Starts the daemon unless it runs."""
+        with self._lock:
+            if self.proc is not None and self.proc.poll() is None:
+                return
+            if self.proc is not None and self.proc.returncode not in (0, -9):
+                log(f"indexer run had exited ({self.proc.returncode}); starting it again")
+            with self.log_file.open("ab") as out:
+                self.proc = subprocess.Popen(
+                    [self.python, "-m", "indexer", "run", "--config", str(self.config)],
+                    cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT)
 
     def signal(self, sig: signal.Signals, wait_s: float = 40) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(sig)
-        try:
-            self.proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def ensure_running(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            if self.proc is not None:
-                log(f"indexer run had exited ({self.proc.returncode}); starting it again")
-            self.start()
+        with self._lock:
+            if self.proc is None or self.proc.poll() is not None:
+                return
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def stack(*args: str, env: dict[str, str]) -> None:
@@ -546,7 +549,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"fault {fault.name}: {exc}; bringing the stack back")
                 await asyncio.to_thread(stack, "up", env=env)
             fault.ended = time.time()
-            daemon.ensure_running()
+            daemon.start()
 
         while time.time() < deadline:
             # --overlap: a fault starts while others are still under way (a server down while
@@ -565,7 +568,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                     rng.uniform(args.gap_min, args.gap_max)))
         await asyncio.gather(*running.values())
         await asyncio.to_thread(stack, "up", env=env)
-        daemon.ensure_running()
+        daemon.start()
         last_fault = max((f.ended for f in faults), default=started)
         log(f"{len(faults)} faults; stopping the writer")
         await asyncio.to_thread(writer.stop)
@@ -573,7 +576,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         comparisons: list[Comparison] = []
         while True:
             await asyncio.sleep(COMPARE_EVERY_S)
-            daemon.ensure_running()
+            daemon.start()
             comparison = await compare(table, alias)
             comparisons.append(comparison)
             log(f"MySQL against the index, {comparison.at - stopped:.0f} s after the writer "
