@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -71,6 +72,12 @@ MAPPING = {"settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0
                "updated_at": {"type": "date"}}}}
 FAULTS = ("mariadb-restart", "mariadb-kill", "connect-restart", "connect-kill",
           "kafka-restart", "search-restart", "indexer-kill", "indexer-stop")
+# Not in the default schedule (--faults ...,connect-blind): the failure seen upstream, made on
+# purpose. The connector is pointed at a database nobody writes for 45-90 s, then back: it
+# reads the binlog, sends heartbeats, emits no row change and commits offsets past them all.
+BLIND = "connect-blind"
+BLIND_DATABASE = "indexer_soak_blind"
+CONNECTOR = os.environ.get("CONNECTOR_NAME", "indexer-mariadb")
 
 
 def log(text: str) -> None:
@@ -262,8 +269,25 @@ def inject(name: str, daemon: DaemonProcess, env: dict[str, str], rng: random.Ra
         daemon.signal(signal.SIGTERM)
         time.sleep(rng.uniform(0, 10))
         daemon.start()
+    elif name == BLIND:
+        config = connect_rest("GET", f"/connectors/{CONNECTOR}/config")
+        connect_rest("PUT", f"/connectors/{CONNECTOR}/config",
+                     {**config, "database.include.list": BLIND_DATABASE})
+        try:
+            time.sleep(rng.uniform(45, 90))
+        finally:
+            connect_rest("PUT", f"/connectors/{CONNECTOR}/config", config)
     else:
-        raise ValueError(f"unknown fault {name!r}; known: {', '.join(FAULTS)}")
+        raise ValueError(f"unknown fault {name!r}; known: {', '.join((*FAULTS, BLIND))}")
+
+
+def connect_rest(method: str, path: str, body: Any = None) -> Any:
+    request = urllib.request.Request(f"{CONNECT_URL}{path}", method=method,
+                                     data=orjson.dumps(body) if body is not None else None,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        text = answer.read()
+    return orjson.loads(text) if text else None
 
 
 # --- watching Debezium's offsets -------------------------------------------------------------
