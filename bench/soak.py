@@ -271,14 +271,27 @@ def inject(name: str, daemon: DaemonProcess, env: dict[str, str], rng: random.Ra
         daemon.start()
     elif name == BLIND:
         config = connect_rest("GET", f"/connectors/{CONNECTOR}/config")
-        connect_rest("PUT", f"/connectors/{CONNECTOR}/config",
-                     {**config, "database.include.list": BLIND_DATABASE})
+        put_config({**config, "database.include.list": BLIND_DATABASE})
         try:
             time.sleep(rng.uniform(45, 90))
         finally:
-            connect_rest("PUT", f"/connectors/{CONNECTOR}/config", config)
+            put_config(config)
     else:
         raise ValueError(f"unknown fault {name!r}; known: {', '.join((*FAULTS, BLIND))}")
+
+
+def put_config(config: dict[str, Any], within_s: float = 180) -> None:
+    """Connect validates a configuration against MySQL: while it (or Connect itself) is away
+    by another fault, the call is refused, and tried again."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            connect_rest("PUT", f"/connectors/{CONNECTOR}/config", config)
+            return
+        except OSError:  # refused (400 while MySQL is down) or no answer at all
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
 
 
 def connect_rest(method: str, path: str, body: Any = None) -> Any:

@@ -66,6 +66,10 @@ class Sighting:
     in_kafka: Beat | None
     indexed: Beat | None
     heartbeat_age_s: float | None
+    # False: that side could not be read (its server is away, reported on its own), so
+    # nothing is concluded from it.
+    kafka_read: bool = True
+    index_read: bool = True
 
     def as_json(self, now_ms: int) -> dict[str, Any]:
         def beat(b: Beat | None) -> dict[str, Any] | None:
@@ -96,12 +100,19 @@ def problems(settings: CanarySettings, table: TableConfig, group: str, seen: Sig
     def waiting_s(arrived: Beat | None) -> float:
         return _waiting_s(arrived, written, settings.interval_s, now_ms)
 
-    if (not_indexed := waiting_s(seen.indexed)) <= bound:
+    not_indexed = waiting_s(seen.indexed)
+    if seen.index_read and not_indexed <= bound:
+        return found
+    if not seen.kafka_read:
+        if seen.index_read:
+            found.append(f"{where}: a beat written {not_indexed:,.0f} s ago is not indexed "
+                         "yet, and Kafka cannot be read to tell where it is")
         return found
     if (not_in_kafka := waiting_s(seen.in_kafka)) <= bound:
-        found.append(f"{where}: beats reach Kafka but a beat written {not_indexed:,.0f} s ago "
-                     "is not indexed yet: `indexer run` is behind or stuck (`indexer status` "
-                     "shows its lag; its log says why)")
+        if seen.index_read:
+            found.append(f"{where}: beats reach Kafka but a beat written {not_indexed:,.0f} s "
+                         "ago is not indexed yet: `indexer run` is behind or stuck (`indexer "
+                         "status` shows its lag; its log says why)")
         return found
     heartbeat = seen.heartbeat_age_s
     if heartbeat is not None and heartbeat <= bound:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pymysql
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from indexer import canary
 from indexer.admin import alias_state
@@ -142,14 +143,26 @@ async def canary_report(config: Config) -> tuple[dict[str, Any] | None, list[str
         written = await asyncio.to_thread(read_beat, config.mysql, table, group)
     except (ConfigError, pymysql.err.MySQLError, OSError) as exc:
         return None, [f"canary {table.name}: cannot read it from MySQL ({exc})"]
-    async with SearchClient(config.elasticsearch) as client:
-        found = await client.request("GET", f"/{table.alias}/_doc/{quote(group)}", ok=(404,))
-    source = found.get("_source") if found and found.get("found") else None
-    indexed = Beat.from_row(source) if isinstance(source, dict) and "seq" in source else None
-    async with TopicReader(config.kafka) as reader:
-        in_kafka = await _newest_beat(reader, config, table)
-        heartbeat = await reader.newest(heartbeat_topic(config))
-    seen = Sighting(written, in_kafka, indexed, age_s(heartbeat) if heartbeat else None)
+    # A server that is away is reported on its own; the canary says what the others show.
+    indexed, index_read = None, True
+    try:
+        async with SearchClient(config.elasticsearch) as client:
+            found = await client.request("GET", f"/{table.alias}/_doc/{quote(group)}",
+                                         ok=(404,))
+        source = found.get("_source") if found and found.get("found") else None
+        if isinstance(source, dict) and "seq" in source:
+            indexed = Beat.from_row(source)
+    except (SearchUnavailable, SearchError, TransportError):
+        index_read = False
+    in_kafka, heartbeat, kafka_read = None, None, True
+    try:
+        async with TopicReader(config.kafka) as reader:
+            in_kafka = await _newest_beat(reader, config, table)
+            heartbeat = await reader.newest(heartbeat_topic(config))
+    except (KafkaUnavailable, KafkaError, OSError):
+        kafka_read = False
+    seen = Sighting(written, in_kafka, indexed, age_s(heartbeat) if heartbeat else None,
+                    kafka_read, index_read)
     hint = ""
     if config.connect.url:
         hint = (f" (curl -X POST '{redact_url(config.connect.url).rstrip('/')}/connectors/"

@@ -25,8 +25,6 @@ from tests.integration.conftest import (
     wait_until,
 )
 
-pytestmark = pytest.mark.servers
-
 # Fast beats so that the bounds are seconds: the shipped connector sends heartbeats every
 # 10 s, so a bound of 15 s always holds a fresh one while it reads the binlog.
 FAST = {"interval_s": 1, "max_age_s": 15}
@@ -39,6 +37,7 @@ async def indexed_beat(es: SearchClient, config: Config) -> Beat | None:
     return Beat.from_row(found["_source"]) if found and found.get("found") else None
 
 
+@pytest.mark.servers
 async def test_beats_travel_the_whole_pipeline_and_are_measured(
         db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)

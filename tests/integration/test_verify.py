@@ -32,8 +32,6 @@ from tests.integration.test_canary import FAST
 from tests.integration.test_reconcile import inject_drift
 from tests.integration.test_reindex import busy_writer
 
-pytestmark = pytest.mark.servers
-
 QUICK = {"period_s": 4, "settle_s": 1}
 
 
@@ -47,6 +45,7 @@ async def record(es: SearchClient, config: Config) -> dict[str, Any]:
     return await StateStore(es).verification(config.tables[0].alias) or {}
 
 
+@pytest.mark.servers  # the search server's side: aggregations, ids, scans
 async def test_drift_is_found_counted_recorded_for_check_and_then_repaired(
         db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)

@@ -111,3 +111,23 @@ def test_bad_canary_settings_are_refused_naming_the_setting(section: dict[str, o
 def test_a_table_named_like_the_canary_is_refused() -> None:
     with pytest.raises(ConfigError, match="is used by two tables"):
         build_config({"tables": [{"name": "shop.indexer_canary", "alias": "x"}]}, Path())
+
+
+def test_a_side_that_cannot_be_read_concludes_nothing_but_the_others_still_speak() -> None:
+    assert TABLE is not None
+
+    def seen(**kwargs: object) -> list[str]:
+        assert TABLE is not None
+        sighting = Sighting(beat(30, 1), beat(20, 50), beat(20, 50), 3.0)
+        return canary.problems(SETTINGS, TABLE, "g",
+                               Sighting(**{**sighting.__dict__, **kwargs}), NOW)
+
+    # The search server away: the beats still do not reach Kafka, and that is still a loss.
+    (line,) = seen(indexed=None, index_read=False)
+    assert "changes are being lost upstream" in line
+    # ...while beats that reach Kafka say nothing about the index that cannot be read.
+    assert seen(in_kafka=beat(30, 1), indexed=None, index_read=False) == []
+    # Kafka away: only what the index shows.
+    (line,) = seen(in_kafka=None, heartbeat_age_s=None, kafka_read=False)
+    assert "Kafka cannot be read" in line and "lost upstream" not in line
+    assert seen(in_kafka=None, indexed=beat(30, 1), kafka_read=False) == []
