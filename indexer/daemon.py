@@ -160,7 +160,7 @@ class Daemon:
             canary = self._canary
             self.metrics.canary_from(int(time.time() * 1000))
             await checks.enter_async_context(CanaryWriter(
-                cfg.mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
+                cfg.canary_mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
                 cfg.canary.interval_s, lambda: owns(canary.topic), self.metrics))
         if cfg.verify.enabled:
             await checks.enter_async_context(Verifier(
