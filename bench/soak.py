@@ -2,14 +2,17 @@
 comparison of MySQL and the index that does not use indexer's own reconcile.
 
     .venv/bin/python -m bench.soak --minutes 20 [--seed 7] [--rate 150] \
-        [--debezium 3.6.1.Final] [--no-canary] [--verify-period 120] [--repair]
+        [--overlap] [--faults ...,connect-blind] [--debezium 3.6.1.Final] [--no-canary] \
+        [--verify-period 120] [--repair]
 
 On the dev stack (`dev/stack.sh up`). A writer thread commits ``--rate`` transactions a
 second (inserts, updates and deletes of one table) and keeps a log of what it committed;
 `indexer run` streams the table (a child process, restarted after each kill); every
-``--check-every`` seconds `indexer check` is run and its verdict kept. Meanwhile one fault
-at a time, at random gaps: MariaDB restarted or killed with -9, Kafka Connect restarted or
-killed with -9, Kafka or the search server restarted, `indexer run` killed with -9 or stopped.
+``--check-every`` seconds `indexer check` is run and its verdict kept. Meanwhile faults at
+random gaps, one at a time or (``--overlap``) each at its time: MariaDB restarted or killed
+with -9, Kafka Connect restarted or killed with -9, Kafka or the search server restarted,
+`indexer run` killed with -9 or stopped; and, only when named in ``--faults``, connect-blind:
+the connector pointed at a database nobody writes for a while, the loss seen upstream.
 
 At the end the writer stops and the harness
 - reads the table's whole topic and finds every committed change that never reached Kafka
