@@ -17,7 +17,7 @@ import pymysql
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from indexer.config import ElasticsearchSettings
-from indexer.sink.search import SearchClient
+from indexer.search.client import SearchClient
 
 REPO = Path(__file__).parents[1]
 STACK = REPO / ".stack"

@@ -57,9 +57,9 @@ from indexer.config import (
     TableConfig,
     VersionSource,
 )
-from indexer.daemon import DECODE_SLICE
-from indexer.documents import DocumentBuilder
-from indexer.mappings import validate_definition
+from indexer.core.documents import DocumentBuilder
+from indexer.core.mappings import validate_definition
+from indexer.jobs.daemon import DECODE_SLICE
 from indexer.source.kafka import KafkaSource
 
 BULK_DOCS = DEFAULT_BATCH_EVENTS

@@ -36,7 +36,7 @@ DEFAULT_MYSQL_PORT = 3306
 DEFAULT_BATCH_EVENTS = 4000
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
 # A batch waits at least 20 ms for more events (little freshness, many tiny bulks saved) and,
-# as the stream gets faster, up to 200 ms to gather ~1,000 (indexer.linger): a tenth of the
+# as the stream gets faster, up to 200 ms to gather ~1,000 (indexer.core.linger): a tenth of the
 # ~1.5 s from commit to searchable that Elasticsearch's 1 s refresh leaves room for.
 DEFAULT_LINGER_MS = 20
 DEFAULT_MAX_LINGER_MS = 200
