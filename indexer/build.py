@@ -18,7 +18,8 @@ from pathlib import Path
 # documents and versions, bulk lines, and the daemon's per-message bookkeeping, source
 # following and bulk settling): setup.py compiles these when it can.
 HOT_PATH = ("indexer.core.values", "indexer.core.checksums", "indexer.core.events",
-            "indexer.core.documents", "indexer.core.sources", "indexer.core.bulk",
+            "indexer.core.documents", "indexer.core.versions", "indexer.core.sources",
+            "indexer.core.bulk",
             "indexer.jobs.follower", "indexer.jobs.daemon", "indexer.search.sink")
 
 

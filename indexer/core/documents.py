@@ -19,22 +19,22 @@ from indexer.config import ServerKind, TableConfig, VersionSource
 from indexer.core.checksums import content_hash
 from indexer.core.events import Change, DecodeError
 from indexer.core.sources import EPOCH_ZERO, Epoch, SourceError, binlog_file_number
+from indexer.core.versions import (
+    FILE_BITS,
+    MAX_FILE,
+    MAX_POS,
+    MAX_ROW,
+    MAX_VERSION,
+    POS_BITS,
+    ROW_BITS,
+    pack,
+)
 
 META_FIELD = "_indexer"  # the indexer's own fields inside every document
 _META_NAME = META_FIELD.encode()
 # Elasticsearch refuses ids over 512 bytes.
 MAX_ID_BYTES = 512
 
-# Binlog versions pack (file number, position, row in event) into one positive signed long:
-#   bits 44..62  file number   (19 bits: up to 524287, the .NNNNNN suffix of the binlog file,
-#                               plus the version epoch's offset: see indexer.core.sources)
-#   bits 12..43  byte position (32 bits: binlog positions are 32-bit, files stay under 4 GiB)
-#   bits  0..11  row in event  (12 bits: 4095 rows; every row takes at least 2 bytes of a rows
-#                               event, and binlog_row_event_max_size defaults to 8 KiB)
-FILE_BITS, POS_BITS, ROW_BITS = 19, 32, 12
-MAX_FILE, MAX_POS, MAX_ROW = (1 << FILE_BITS) - 1, (1 << POS_BITS) - 1, (1 << ROW_BITS) - 1
-# Elasticsearch versions are positive signed longs.
-MAX_VERSION = (1 << 63) - 1
 MIN_LONG = -(1 << 63)
 # Documents of tables without a single integer key are grouped by crc32(id) % KEY_BUCKETS.
 KEY_BUCKETS = 1024
@@ -69,11 +69,7 @@ def pack_binlog_version(file: str, pos: int, row: int, epoch: Epoch = EPOCH_ZERO
     if not 0 <= row <= MAX_ROW:
         raise VersionError(f"row {row} of one binlog event does not fit {ROW_BITS} bits "
                            f"(max {MAX_ROW}); lower binlog_row_event_max_size")
-    return (number << (POS_BITS + ROW_BITS)) | (pos << ROW_BITS) | row
-
-
-def unpack_binlog_version(version: int) -> tuple[int, int, int]:
-    return (version >> (POS_BITS + ROW_BITS), (version >> ROW_BITS) & MAX_POS, version & MAX_ROW)
+    return pack(number, pos, row)
 
 
 def column_version(value: Any, column: str) -> int:

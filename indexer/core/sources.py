@@ -34,9 +34,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Version layout (documents.pack_binlog_version): file-number field 19 bits, position 32, row 12.
-FILE_BITS, POS_BITS, ROW_BITS = 19, 32, 12
-MAX_FIELD = (1 << FILE_BITS) - 1
+from indexer.core.versions import MAX_FILE
+
+# The file-number field of a version (indexer.core.versions), which epochs offset.
+MAX_FIELD = MAX_FILE
 # Commit times in MariaDB's binlog have whole seconds: a snapshot is only known to come after
 # an epoch's first change when it is at least this much later.
 SAME_SECOND_MS = 1000

@@ -27,9 +27,7 @@ from indexer.core.documents import (
     DocumentBuilder,
     Write,
     document_id,
-    file_number,
     key_bucket,
-    pack_binlog_version,
     tombstone,
 )
 from indexer.core.layout import Field, TableLayout
@@ -324,10 +322,8 @@ async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
         position = snapshot.position
         snapshot_version = 0
         if binlog:
-            epoch = await StateStore(sink.client).snapshot_epoch(
-                table.alias, file_number(position.file), position.pos, position.ts_ms,
-                "repair")
-            snapshot_version = pack_binlog_version(position.file, position.pos, 0, epoch)
+            snapshot_version = await StateStore(sink.client).snapshot_version(
+                table.alias, position.file, position.pos, position.ts_ms, "repair")
         pages = snapshot.pages_for_ids(fix, config.batch.max_events)
         reading = asyncio.create_task(asyncio.to_thread(next, pages, None))
         while (page := await reading) is not None:

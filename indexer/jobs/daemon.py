@@ -16,13 +16,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    retry_if_exception_type,
-    stop_never,
-    wait_random_exponential,
-)
 
 from indexer.build import current_build
 from indexer.config import Config, TableConfig
@@ -32,11 +25,12 @@ from indexer.core.events import DecodeError, EnvelopeDecoder, LayoutChanged
 from indexer.core.linger import Linger
 from indexer.core.sources import EPOCH_ZERO
 from indexer.jobs.dlq import dead_letter_for
-from indexer.jobs.follower import Follower, NotFollowed, SwitchFound, transient
+from indexer.jobs.follower import Follower, NotFollowed, SwitchFound
 from indexer.jobs.schema_changes import SchemaWatch
 from indexer.jobs.verify import Verifier
 from indexer.metrics import Metrics
 from indexer.search.admin import ensure_table_index
+from indexer.search.retry import retrying
 from indexer.search.sink import MAPPING_CONFLICT, ElasticsearchSink, Op, Outcome
 from indexer.search.state import StateStore
 from indexer.source.canary_table import CanaryWriter, writer_name
@@ -248,13 +242,11 @@ class Daemon:
         follower = self._follower
         assert follower is not None
         # Stored in the search server: retried like a bulk while it is away.
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(transient),
-            wait=wait_random_exponential(multiplier=0.1, max=self.config.batch.max_backoff_s),
-            stop=stop_never, reraise=True,
-            before_sleep=lambda s: log.warning("cannot store a source cursor or epoch yet "
-                                               "(%s); retrying", s.outcome and
-                                               s.outcome.exception())):
+        async for attempt in retrying(
+                self.config.batch.max_backoff_s,
+                before_sleep=lambda s: log.warning("cannot store a source cursor or epoch yet "
+                                                   "(%s); retrying", s.outcome and
+                                                   s.outcome.exception())):
             with attempt:
                 if isinstance(needed, NotFollowed):
                     await follower.follow(needed)
@@ -326,15 +318,9 @@ class Daemon:
             letter = dead_letter_for(record, error[0], error[1], attempts)
             log.error("dead-lettering %s[%d]@%d: %s: %s", record.topic, record.partition,
                       record.offset, error[0], error[1])
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(Exception),
-                wait=wait_random_exponential(multiplier=0.1, max=self.config.batch.max_backoff_s),
-                stop=stop_never,
-                reraise=True,
-            ):
-                with attempt:
-                    await producer.send(topic, record.key, record.value,
-                                        list(record.headers) + letter.headers())
+            await producer.deliver(topic, record.key, record.value,
+                                   list(record.headers) + letter.headers(),
+                                   max_backoff_s=self.config.batch.max_backoff_s)
             self.metrics.dead_lettered.labels(message.table.name, error[0]).inc()
 
     def _count(self, batch: Batch) -> None:

@@ -17,9 +17,10 @@ import orjson
 from aiokafka.structs import TopicPartition
 
 from indexer.config import Config, TableConfig, VersionSource
-from indexer.core.documents import META_FIELD, DocumentBuilder, document_id, unpack_binlog_version
+from indexer.core.documents import META_FIELD, DocumentBuilder, document_id
 from indexer.core.events import DecodeError, EnvelopeDecoder
 from indexer.core.sources import Epoch, Registry, partition_key
+from indexer.core.versions import unpack_binlog_version
 from indexer.jobs.dlq import DeadLetter
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient

@@ -30,7 +30,6 @@ from indexer.core.sources import (
 )
 from indexer.jobs.dlq import REPLAY_HEADER
 from indexer.metrics import Metrics
-from indexer.search.client import SearchError, TransportError
 from indexer.search.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -38,13 +37,6 @@ log = logging.getLogger(__name__)
 # Cursors are saved at most this often: a save lost in a crash only means re-reading a few
 # seconds of changes, which observe() recognises as sent before.
 SAVE_EVERY_S = 5.0
-
-
-def transient(exc: BaseException) -> bool:
-    """Whether storing or reading the state failed for now (the search server is away or
-    busy), as opposed to for good (a refused privilege)."""
-    return isinstance(exc, TransportError) or (
-        isinstance(exc, SearchError) and (exc.status >= 500 or exc.status == 429))
 
 
 class SwitchFound(Exception):

@@ -30,8 +30,6 @@ from indexer.core.documents import (
     META_FIELD,
     DocumentBuilder,
     Write,
-    file_number,
-    pack_binlog_version,
 )
 from indexer.core.layout import TableLayout
 from indexer.core.mappings import alias_of_index, swap_actions, sync_alias
@@ -132,10 +130,9 @@ async def _load(config: Config, table: TableConfig, layout: TableLayout,
             result.positions.append(f"{position.file}:{position.pos}")
             version = None
             if table.version.kind == "binlog":
-                epoch = asyncio.run_coroutine_threadsafe(StateStore(sink.client).snapshot_epoch(
-                    table.alias, file_number(position.file), position.pos, position.ts_ms,
-                    "reindex"), loop).result()
-                version = pack_binlog_version(position.file, position.pos, 0, epoch)
+                version = asyncio.run_coroutine_threadsafe(StateStore(sink.client).snapshot_version(
+                    table.alias, position.file, position.pos, position.ts_ms, "reindex"),
+                    loop).result()
             for page in snapshot.rows(where, args, page_rows=config.batch.max_events):
                 if stop.is_set():
                     return rows

@@ -16,7 +16,6 @@ import logging
 from typing import Any
 
 import pymysql
-from tenacity import AsyncRetrying, retry_if_exception, stop_never, wait_random_exponential
 
 from indexer.config import Config, ConfigError, TableConfig
 from indexer.core import field_types
@@ -30,10 +29,10 @@ from indexer.core.events import (
 )
 from indexer.core.layout import Column, TableLayout
 from indexer.core.mappings import sync_alias
-from indexer.jobs.follower import transient
 from indexer.metrics import Metrics
 from indexer.search import admin
 from indexer.search.client import SearchClient, SearchError
+from indexer.search.retry import retrying
 from indexer.source.mysql import schema
 
 log = logging.getLogger(__name__)
@@ -90,10 +89,7 @@ class SchemaWatch:
             return
         try:
             # While the search server is away, as a bulk would: the fields must exist first.
-            async for attempt in AsyncRetrying(
-                    retry=retry_if_exception(transient), stop=stop_never, reraise=True,
-                    wait=wait_random_exponential(multiplier=0.1,
-                                                 max=self._config.batch.max_backoff_s)):
+            async for attempt in retrying(self._config.batch.max_backoff_s):
                 with attempt:
                     await self._put_fields(table, wanted)
         except SearchError as exc:

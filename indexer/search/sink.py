@@ -15,13 +15,7 @@ from time import perf_counter
 from types import TracebackType
 from typing import Any
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_never,
-    wait_random_exponential,
-)
+from tenacity import RetryCallState
 
 from indexer.config import ElasticsearchSettings
 from indexer.core.bulk import action_line
@@ -29,7 +23,8 @@ from indexer.core.documents import Write
 from indexer.core.mappings import sync_alias
 from indexer.metrics import Metrics
 from indexer.search.admin import alias_states, mark_missed_writes
-from indexer.search.client import SearchClient, SearchError, TransportError, root_cause
+from indexer.search.client import SearchClient, SearchError, root_cause
+from indexer.search.retry import TransientError, retrying
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +36,8 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 MAPPING_ERRORS = ("mapper_parsing_exception", "document_parsing_exception",
                   "strict_dynamic_mapping_exception", "illegal_argument_exception")
 MAPPING_CONFLICT = "mapping-conflict"
+# A bulk refused for now is tried again sooner than other requests: it is what the daemon waits on.
+BULK_FIRST_WAIT_S = 0.05
 # A 500 for one item may be permanent; it gets this many tries before the dead-letter topic.
 MAX_SERVER_ERROR_ATTEMPTS = 8
 
@@ -65,10 +62,6 @@ class Op:
     error_reason: str = ""
     attempts: int = 0
     server_errors: int = 0
-
-
-class TransientError(Exception):
-    """Elasticsearch could not take the request now; retry with backoff."""
 
 
 class NoTargetError(TransientError):
@@ -129,14 +122,8 @@ class ElasticsearchSink:
         the caller cancels the call to abandon it.
         """
         pending = [op for op in ops if op.outcome is None]
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type((TransientError, TransportError)),
-            wait=wait_random_exponential(multiplier=0.05, max=self._max_backoff_s),
-            stop=stop_never,
-            before_sleep=self._before_sleep,
-            reraise=True,
-        )
-        async for attempt in retrying:
+        async for attempt in retrying(self._max_backoff_s, first_wait_s=BULK_FIRST_WAIT_S,
+                                      before_sleep=self._before_sleep):
             with attempt:
                 pending = await self._write_round(pending)
                 if pending:

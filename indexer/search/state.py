@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from indexer.core.documents import file_number, pack_binlog_version
 from indexer.core.sources import Epoch, Registry
 from indexer.search.client import SearchClient, SearchError, quote
 
@@ -71,6 +72,14 @@ class StateStore:
         await self._ensure_index()
         await self._client.request("PUT", f"/{STATE_INDEX}/_doc/{quote(VERIFY_PREFIX + alias)}",
                                    record)
+
+    async def snapshot_version(self, alias: str, file: str, pos: int, snapshot_ms: int,
+                               where: str) -> int:
+        """The version of every row a snapshot at these binlog coordinates reads (the reindex,
+        a repair): its position, in the epoch of its time, so that any change committed later
+        has a higher one."""
+        epoch = await self.snapshot_epoch(alias, file_number(file), pos, snapshot_ms, where)
+        return pack_binlog_version(file, pos, 0, epoch)
 
     async def _read(self, alias: str) -> tuple[Registry, dict[str, Any]]:
         found = await self._client.request("GET", f"/{STATE_INDEX}/_doc/{quote(alias)}",

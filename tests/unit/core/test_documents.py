@@ -7,18 +7,16 @@ from indexer.config import TableConfig, VersionSource
 from indexer.core.checksums import content_hash
 from indexer.core.documents import (
     KEY_BUCKETS,
-    MAX_FILE,
-    MAX_ROW,
     DocumentBuilder,
     VersionError,
     column_version,
     document_id,
     key_bucket,
     pack_binlog_version,
-    unpack_binlog_version,
 )
 from indexer.core.envelope import Position
 from indexer.core.events import Change, DecodeError
+from indexer.core.versions import MAX_FILE, MAX_ROW, unpack_binlog_version
 
 
 def table(version: str = "binlog", **kw: object) -> TableConfig:
