@@ -29,7 +29,7 @@ from bench.common import REPO, capture_template, mysql
 # Runs in the child: the package is whichever the child's sys.path finds first.
 CHILD = """
 import pickle, sys, time
-from indexer.config import ConnectorSettings, TableConfig, VersionSource
+from indexer.settings import ConnectorSettings, TableConfig, VersionSource
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import EnvelopeDecoder
 try:

@@ -28,9 +28,9 @@ import pymysql.cursors
 
 from bench.common import BENCH_MAPPING, ES, mysql, search_client, unique
 from bench.reindex import BENCH_DATABASE, create_table, drop_table
-from indexer.config import MySQLSettings
 from indexer.core.checksums import content_hash
 from indexer.search.client import SearchClient
+from indexer.settings import MySQLSettings
 from indexer.source.mysql import checksum_sql, connection, schema
 from indexer.source.mysql.connection import qualified
 

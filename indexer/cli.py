@@ -16,11 +16,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from indexer import logs
-from indexer.config import Config, ConfigError, TableConfig, load_config
+from indexer.config import load_config
 from indexer.core.mappings import MappingError
 from indexer.core.sources import Registry
 from indexer.jobs.reindex import ReindexError
 from indexer.security import Redactor
+from indexer.settings import Config, ConfigError, TableConfig
 
 if TYPE_CHECKING:
     from indexer.core.layout import Column
@@ -78,7 +79,7 @@ def _config(path: Path | None, level: str | None) -> Config:
     except ConfigError as exc:
         err.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc
-    logs.configure(config.log_format, level or config.log_level, Redactor(config.secrets()))
+    logs.configure(config.logging.format, level or config.logging.level, Redactor(config.secrets()))
     return config
 
 
@@ -93,7 +94,7 @@ def run(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     async def main() -> None:
         daemon = Daemon(cfg)
         daemon.install_signal_handlers()
-        daemon.metrics.serve(cfg.metrics_host, cfg.metrics_port)
+        daemon.metrics.serve(cfg.metrics.host, cfg.metrics.port)
         await daemon.run()
 
     _run(cfg, main())
@@ -385,7 +386,7 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = None) ->
     from indexer.search.client import SearchClient
 
     cfg = _config(config, log_level)
-    cutoff_ms = int((time.time() - cfg.tombstone_retention_s) * 1000)
+    cutoff_ms = int((time.time() - cfg.deletes.tombstone_retention_s) * 1000)
 
     async def main() -> None:
         async with SearchClient(cfg.elasticsearch) as client:

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from indexer.config import CanarySettings, TableConfig
+from indexer.settings import CanarySettings, TableConfig
 
 # The canary's own index: one small document per consumer group, never searched by users.
 CANARY_MAPPING: dict[str, Any] = {

@@ -15,7 +15,6 @@ from typing import Any
 
 import orjson
 
-from indexer.config import ServerKind, TableConfig, VersionSource
 from indexer.core.checksums import content_hash
 from indexer.core.events import Change, DecodeError
 from indexer.core.sources import EPOCH_ZERO, Epoch, SourceError, binlog_file_number
@@ -29,6 +28,7 @@ from indexer.core.versions import (
     ROW_BITS,
     pack,
 )
+from indexer.settings import ServerKind, TableConfig, VersionSource
 
 META_FIELD = "_indexer"  # the indexer's own fields inside every document
 _META_NAME = META_FIELD.encode()

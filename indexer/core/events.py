@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 import orjson
 
-from indexer.config import ConfigError, ConnectorSettings
 from indexer.core import values
 from indexer.core.envelope import ENVELOPE, Envelope, Position
+from indexer.settings import ConfigError, ConnectorSettings
 
 Converter = Callable[[Any], Any]
 # (field name, converter) for the fields that need one; the rest pass through unchanged.

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from indexer.config import Config, TableConfig
 from indexer.core.documents import (
     KEY_BUCKETS,
     META_FIELD,
@@ -35,6 +34,7 @@ from indexer.progress import Progress, no_progress
 from indexer.search.client import SearchClient
 from indexer.search.sink import ElasticsearchSink, Op, Outcome
 from indexer.search.state import StateStore
+from indexer.settings import Config, TableConfig
 from indexer.source.mysql import checksum_sql, schema, snapshots
 
 log = logging.getLogger(__name__)

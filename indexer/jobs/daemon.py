@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.build import current_build
-from indexer.config import Config, TableConfig
 from indexer.core.canary import Beat
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import DecodeError, EnvelopeDecoder, LayoutChanged
@@ -33,6 +32,7 @@ from indexer.search.admin import ensure_table_index
 from indexer.search.retry import retrying
 from indexer.search.sink import MAPPING_CONFLICT, ElasticsearchSink, Op, Outcome
 from indexer.search.state import StateStore
+from indexer.settings import Config, TableConfig
 from indexer.source.canary_table import CanaryWriter, writer_name
 from indexer.source.kafka import KafkaSource, Producer, Records
 

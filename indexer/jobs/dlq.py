@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from indexer.config import KafkaSettings
+from indexer.settings import KafkaSettings
 from indexer.source.kafka import Producer, client_security, topic_partitions
 
 log = logging.getLogger(__name__)

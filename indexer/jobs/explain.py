@@ -16,7 +16,6 @@ from typing import Any
 import orjson
 from aiokafka.structs import TopicPartition
 
-from indexer.config import Config, TableConfig, VersionSource
 from indexer.core.documents import META_FIELD, DocumentBuilder, document_id
 from indexer.core.events import DecodeError, EnvelopeDecoder
 from indexer.core.sources import Epoch, Registry, partition_key
@@ -26,6 +25,7 @@ from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
 from indexer.search.sink import MAPPING_CONFLICT, MAPPING_ERRORS
 from indexer.search.state import StateStore
+from indexer.settings import Config, TableConfig, VersionSource
 from indexer.source.mysql import schema, snapshots
 from indexer.source.topics import Record, TopicReader, iso_time
 

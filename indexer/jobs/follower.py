@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 
 from aiokafka.structs import ConsumerRecord
 
-from indexer.config import TableConfig
 from indexer.core.documents import file_number
 from indexer.core.envelope import Position
 from indexer.core.sources import (
@@ -31,6 +30,7 @@ from indexer.core.sources import (
 from indexer.jobs.dlq import REPLAY_HEADER
 from indexer.metrics import Metrics
 from indexer.search.state import StateStore
+from indexer.settings import TableConfig
 
 log = logging.getLogger(__name__)
 

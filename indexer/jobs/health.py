@@ -10,7 +10,6 @@ import pymysql
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from indexer.config import Config, ConfigError, TableConfig
 from indexer.core import canary
 from indexer.core.canary import Beat, Sighting
 from indexer.core.events import DecodeError, EnvelopeDecoder
@@ -25,6 +24,7 @@ from indexer.search.client import (
 )
 from indexer.search.state import StateStore
 from indexer.security import redact_url
+from indexer.settings import Config, ConfigError, TableConfig
 from indexer.source.canary_table import read_beat
 from indexer.source.connect import (
     ConnectClient,

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from indexer.config import Config, TableConfig
 from indexer.core.checksums import CHECKSUM_FORMAT
 from indexer.core.documents import DocumentBuilder
 from indexer.jobs import chunk_check
@@ -36,6 +35,7 @@ from indexer.search import admin
 from indexer.search.client import SearchClient
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
+from indexer.settings import Config, TableConfig
 from indexer.source.mysql import checksum_sql
 
 SETTLE_S = 2.0

@@ -25,7 +25,6 @@ from typing import Any
 
 import orjson
 
-from indexer.config import Config, TableConfig
 from indexer.core.documents import (
     META_FIELD,
     DocumentBuilder,
@@ -39,6 +38,7 @@ from indexer.search.admin import alias_state, create_index, definition_for, miss
 from indexer.search.client import SearchClient
 from indexer.search.sink import ElasticsearchSink, Op, Outcome
 from indexer.search.state import StateStore
+from indexer.settings import Config, TableConfig
 from indexer.source.mysql import schema, snapshots
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from typing import Any
 
 import pymysql
 
-from indexer.config import Config, ConfigError, TableConfig
 from indexer.core import field_types
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import (
@@ -33,6 +32,7 @@ from indexer.metrics import Metrics
 from indexer.search import admin
 from indexer.search.client import SearchClient, SearchError
 from indexer.search.retry import retrying
+from indexer.settings import Config, ConfigError, TableConfig
 from indexer.source.mysql import schema
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,6 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from indexer.config import Config, TableConfig
 from indexer.core.documents import META_FIELD
 from indexer.core.events import DecodeError, EnvelopeDecoder
 from indexer.jobs.dlq import DeadLetter
@@ -24,6 +23,7 @@ from indexer.jobs.verify import record_problems
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
+from indexer.settings import Config, TableConfig
 from indexer.source.topics import PartitionLag, Record, TopicReader, iso_time
 
 

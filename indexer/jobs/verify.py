@@ -32,7 +32,6 @@ from typing import Any
 
 import pymysql
 
-from indexer.config import Config, ConfigError, TableConfig, VerifySettings
 from indexer.core.documents import DocumentBuilder
 from indexer.core.sources import gtid_set_reached
 from indexer.jobs import chunk_check
@@ -41,6 +40,7 @@ from indexer.metrics import Metrics
 from indexer.search.client import SearchClient, quote
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
+from indexer.settings import Config, ConfigError, TableConfig, VerifySettings
 from indexer.source.connect import ConnectClient, ConnectUnavailable
 from indexer.source.mysql import checksum_sql, connection, schema
 from indexer.source.topics import TopicReader

@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 
-from indexer.config import Config, TableConfig
 from indexer.core.canary import CANARY_MAPPING
 from indexer.core.checksums import CHECKSUM_FORMAT, CHECKSUM_META
 from indexer.core.documents import META_FIELD
@@ -28,6 +27,7 @@ from indexer.core.mappings import (
 )
 from indexer.search.client import SearchClient, SearchError
 from indexer.search.servers import adapt_mappings
+from indexer.settings import Config, TableConfig
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from elastic_transport import (
 )
 from elastic_transport import OrjsonSerializer as _JsonSerializer
 
-from indexer.config import ConfigError, ElasticsearchSettings
 from indexer.search.servers import Server, identify
 from indexer.security import redact_url, tls_context, tls_reason
+from indexer.settings import ConfigError, ElasticsearchSettings
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from indexer.config import ConfigError
+from indexer.settings import ConfigError
 
 Distribution = Literal["elasticsearch", "opensearch"]
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from tenacity import RetryCallState
 
-from indexer.config import ElasticsearchSettings
 from indexer.core.bulk import action_line
 from indexer.core.documents import Write
 from indexer.core.mappings import sync_alias
@@ -25,6 +24,7 @@ from indexer.metrics import Metrics
 from indexer.search.admin import alias_states, mark_missed_writes
 from indexer.search.client import SearchClient, SearchError, root_cause
 from indexer.search.retry import TransientError, retrying
+from indexer.settings import ElasticsearchSettings
 
 log = logging.getLogger(__name__)
 

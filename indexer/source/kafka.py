@@ -22,8 +22,8 @@ from aiokafka.errors import (
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
-from indexer.config import ConfigError, KafkaSettings
 from indexer.security import tls_context
+from indexer.settings import ConfigError, KafkaSettings
 
 log = logging.getLogger(__name__)
 

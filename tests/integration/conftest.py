@@ -25,10 +25,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from indexer.config import Config, ConfigError, build_config
+from indexer.config import build_config
 from indexer.core.documents import META_FIELD
 from indexer.jobs.daemon import Daemon
 from indexer.search.client import SearchClient
+from indexer.settings import Config, ConfigError
 from indexer.source.kafka import client_security
 from indexer.source.mysql import connection
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from indexer.config import Config
 from indexer.core.canary import Beat
 from indexer.jobs.health import canary_report, check_health
 from indexer.jobs.status import gather
 from indexer.search.client import SearchClient, quote
+from indexer.settings import Config
 from indexer.source.canary_table import read_beat
 from tests.integration.conftest import (
     COLUMNS,

@@ -15,11 +15,11 @@ from typing import Any
 import orjson
 import pytest
 
-from indexer.config import ConnectorSettings
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import EnvelopeDecoder
 from indexer.jobs.reindex import ReindexError, delete_old, reindex, rollback
 from indexer.search.client import SearchClient
+from indexer.settings import ConnectorSettings
 from indexer.source.mysql import connection, schema, snapshots
 from tests.integration.conftest import (
     COLUMNS,

@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from indexer.config import ConfigError, ElasticsearchSettings, MySQLSettings
 from indexer.search.client import SearchClient, auth_header
 from indexer.security import Secret
+from indexer.settings import ConfigError, ElasticsearchSettings, MySQLSettings
 from indexer.source.kafka import probe
 from indexer.source.mysql import connection
 from tests.integration.conftest import (

@@ -25,11 +25,11 @@ import orjson
 import pymysql
 import pytest
 
-from indexer.config import Config, MySQLSettings
 from indexer.jobs.reconcile import reconcile
 from indexer.jobs.reindex import reindex
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
+from indexer.settings import Config, MySQLSettings
 from indexer.source.mysql import connection
 from tests.integration.conftest import (
     COLUMNS,

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pymysql.converters
 
-from indexer.config import MySQLSettings
 from indexer.core.documents import KEY_BUCKETS
 from indexer.core.layout import Field, Flavor, TableLayout
+from indexer.settings import MySQLSettings
 from indexer.source.mysql.connection import fetch_all, qualified, quote
 from indexer.source.mysql.snapshots import ids_where, key_range_where
 from indexer.source.mysql.value_sql import id_sql, text_sql

@@ -15,9 +15,9 @@ from typing import Any
 
 import pymysql
 
-from indexer.config import ConfigError, MySQLSettings
 from indexer.core.layout import Flavor, TableLayout
 from indexer.security import tls_context, tls_reason
+from indexer.settings import ConfigError, MySQLSettings
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 import pymysql
 
-from indexer.config import MySQLSettings
 from indexer.core.layout import Column, Flavor, TableLayout
+from indexer.settings import MySQLSettings
 from indexer.source.mysql.connection import connect, fetch_all, server_flavor
 
 

@@ -15,9 +15,9 @@ import orjson
 import pymysql
 import pymysql.cursors
 
-from indexer.config import ConfigError, MySQLSettings
 from indexer.core.documents import document_id
 from indexer.core.layout import TableLayout
+from indexer.settings import ConfigError, MySQLSettings
 from indexer.source.mysql.connection import connect, fetch_all, qualified, quote
 from indexer.source.mysql.value_sql import finisher, id_sql, value_sql
 

@@ -3,7 +3,6 @@ import zlib
 import orjson
 import pytest
 
-from indexer.config import TableConfig, VersionSource
 from indexer.core.checksums import content_hash
 from indexer.core.documents import (
     KEY_BUCKETS,
@@ -17,11 +16,14 @@ from indexer.core.documents import (
 from indexer.core.envelope import Position
 from indexer.core.events import Change, DecodeError
 from indexer.core.versions import MAX_FILE, MAX_ROW, unpack_binlog_version
+from indexer.settings import TableConfig, VersionSource
 
 
 def table(version: str = "binlog", **kw: object) -> TableConfig:
     return TableConfig(database="shop", table="items", topic="t", alias="items",
-                       mapping="items.json", version=VersionSource.parse(version, "v"),
+                       mapping="items.json",
+                       version=VersionSource("binlog") if version == "binlog" else
+                       VersionSource("column", version.removeprefix("column:")),
                        **kw)  # type: ignore[arg-type]
 
 

@@ -1,7 +1,6 @@
 import orjson
 import pytest
 
-from indexer.config import ConfigError, ConnectorSettings
 from indexer.core.events import (
     DecodeError,
     EnvelopeDecoder,
@@ -12,6 +11,7 @@ from indexer.core.events import (
     hinted_field_schema,
     layout_changes,
 )
+from indexer.settings import ConfigError, ConnectorSettings
 from tests.unit.corpus import HINTS, SHAPES
 
 Messages = list[tuple[bytes | None, bytes | None]]

@@ -1,9 +1,9 @@
 from typing import Any
 
-from indexer.config import TableConfig, VersionSource
 from indexer.core.documents import pack_binlog_version
 from indexer.core.sources import Epoch
 from indexer.jobs.explain import Event, Found, Letter, describe_version, differing_fields, judge
+from indexer.settings import TableConfig, VersionSource
 
 TABLE = TableConfig("shop", "items", "mysql.shop.items", "items", "items.json",
                     VersionSource("binlog"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.config import ConfigError, VerifySettings, build_config
+from indexer.config import build_config
 from indexer.core.layout import Column, TableLayout
 from indexer.jobs.chunk_check import Difference, Plan, compare_hashes
 from indexer.jobs.verify import (
@@ -20,6 +20,7 @@ from indexer.jobs.verify import (
     slices,
     summary,
 )
+from indexer.settings import ConfigError, VerifySettings
 
 LAYOUT = TableLayout("db", "t", (Column("id", "int", "int(11)", 0, 1),))
 TABLE = build_config({"tables": [{"name": "db.t"}]}, Path()).tables[0]

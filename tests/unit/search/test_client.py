@@ -3,9 +3,9 @@ from typing import Any
 
 import pytest
 
-from indexer.config import ElasticsearchSettings
 from indexer.search.client import SearchError, auth_header
 from indexer.security import Secret
+from indexer.settings import ElasticsearchSettings
 
 
 def header(**settings: Any) -> str:

@@ -1,6 +1,5 @@
 from typing import Any
 
-from indexer.config import ElasticsearchSettings
 from indexer.core.documents import Write
 from indexer.metrics import Metrics
 from indexer.search.sink import (
@@ -10,6 +9,7 @@ from indexer.search.sink import (
     Outcome,
     _Round,
 )
+from indexer.settings import ElasticsearchSettings
 
 
 def sink() -> ElasticsearchSink:
