@@ -12,8 +12,10 @@ import contextlib
 import logging
 import signal
 import time
-from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
@@ -21,6 +23,7 @@ from indexer.build import current_build
 from indexer.core.canary import Beat
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import DecodeError, EnvelopeDecoder, LayoutChanged
+from indexer.core.ledger import OffsetLedger
 from indexer.core.linger import Linger
 from indexer.core.sources import EPOCH_ZERO
 from indexer.jobs.dlq import dead_letter_for
@@ -34,7 +37,7 @@ from indexer.search.sink import MAPPING_CONFLICT, ElasticsearchSink, Op, Outcome
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
 from indexer.source.canary_table import CanaryWriter, writer_name
-from indexer.source.kafka import KafkaSource, Producer, Records
+from indexer.source.kafka import KafkaSource, Producer, Records, RevokeHook
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,52 @@ IDLE_POLL_MS = 500  # how long an empty fetch waits; bounds how late stop() is n
 # each bulk request over dozens of slices, and the pipeline runs dry (500 events per slice left
 # both cores idle a fifth of the time).
 DECODE_SLICE = 100
+
+
+class Source(Protocol):
+    """Where the records come from (:class:`~indexer.source.kafka.KafkaSource`)."""
+
+    async def fetch(self, max_records: int, timeout_ms: int) -> Records: ...
+    def assignment(self) -> set[TopicPartition]: ...
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+    def lag(self, tp: TopicPartition, next_offset: int) -> int | None: ...
+
+
+class Sink(Protocol):
+    """Where the writes go (:class:`~indexer.search.sink.ElasticsearchSink`): each op ends
+    WRITTEN, STALE or FAILED."""
+
+    async def write(self, ops: Sequence[Op]) -> None: ...
+
+
+class DeadLetters(Protocol):
+    """Where undeliverable messages go (:class:`~indexer.source.kafka.Producer`)."""
+
+    async def deliver(self, topic: str, key: bytes | None, value: bytes | None,
+                      headers: Sequence[tuple[str, bytes]], *, max_backoff_s: float) -> None: ...
+
+
+class Schemas(Protocol):
+    """What a new row layout does (:class:`~indexer.jobs.schema_changes.SchemaWatch`)."""
+
+    async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,
+                      change: LayoutChanged) -> None: ...
+
+
+@dataclass
+class Parts:
+    """What the loop works with, opened (and closed) together by a factory."""
+
+    source: Source
+    sink: Sink
+    dead_letters: DeadLetters
+    follower: Follower  # binlog-versioned tables' sources, stored in a state store
+    schemas: Schemas
+
+
+# (config, metrics, the tables' decoders, the rebalance hook) -> the parts, as a context.
+PartsFactory = Callable[[Config, Metrics, dict[str, "_Table"], RevokeHook],
+                        AbstractAsyncContextManager[Parts]]
 
 
 @dataclass(slots=True)
@@ -73,9 +122,14 @@ class _Table:
 
 
 class Daemon:
-    def __init__(self, config: Config, metrics: Metrics | None = None) -> None:
+    """The run loop over its parts: ``run()`` until ``stop()`` (or SIGTERM/SIGINT). The parts
+    come from ``parts`` (the real servers by default; a test gives others)."""
+
+    def __init__(self, config: Config, metrics: Metrics | None = None,
+                 parts: PartsFactory | None = None) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
+        self._open_parts = parts or open_parts
         self._canary = config.canary_table
         self._tables = {
             t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types,
@@ -87,15 +141,9 @@ class Daemon:
         self._linger = Linger(batch.linger_ms, batch.max_linger_ms,
                               min(batch.target_events, batch.max_events))
         self._stopping = asyncio.Event()
-        self._inflight: deque[tuple[Batch, asyncio.Task[None]]] = deque()
-        self._source: KafkaSource | None = None
-        self._sink: ElasticsearchSink | None = None
-        self._producer: Producer | None = None
-        self._follower: Follower | None = None  # binlog-versioned tables' sources
-        self._schemas: SchemaWatch | None = None
+        self._ledger: OffsetLedger[TopicPartition, asyncio.Task[None]] = OffsetLedger()
+        self._parts: Parts | None = None  # while run() runs
         self._saving: asyncio.Task[None] | None = None
-        self._failure: BaseException | None = None  # a fatal error of a batch
-        self._completed: dict[TopicPartition, int] = {}  # written, not yet committed
         self._committing: asyncio.Task[None] | None = None
         self.started = asyncio.Event()
 
@@ -110,67 +158,35 @@ class Daemon:
 
     async def run(self) -> None:
         cfg = self.config
-        async with (
-            ElasticsearchSink(cfg.elasticsearch, self.metrics,
-                              max_backoff_s=cfg.batch.max_backoff_s) as sink,
-            Producer(cfg.kafka) as producer,
-        ):
-            follower = Follower(StateStore(sink.client), self.metrics)
-            schemas = SchemaWatch(cfg, sink.client, self.metrics)
-            for table in (t.config for t in self._tables.values()):
-                await ensure_table_index(sink.client, cfg, table)
-                if self._tables[table.topic].builder.binlog_versions:
-                    await follower.load(table)
-            await asyncio.gather(*(schemas.start(t.config, t.decoder)
-                                   for t in self._tables.values() if not t.config.canary))
-            self._sink, self._producer, self._follower = sink, producer, follower
-            self._schemas = schemas
-            async with (
-                KafkaSource(cfg.kafka, list(self._tables), self._on_revoked) as source,
-                contextlib.AsyncExitStack() as checks,
-            ):
-                self._source = source
-                await self._start_checks(checks, source)
-                log.info("indexer running: %d tables, group %s; %s", len(cfg.tables),
-                         cfg.kafka.group_id, current_build().describe)
-                self.started.set()
-                try:
-                    await self._loop()
-                finally:
-                    await self._shutdown()
+        async with self._open_parts(cfg, self.metrics, self._tables, self._on_revoked) as parts:
+            self._parts = parts
+            log.info("indexer running: %d tables, group %s; %s", len(cfg.tables),
+                     cfg.kafka.group_id, current_build().describe)
+            self.started.set()
+            try:
+                await self._loop()
+            finally:
+                await self._shutdown()
+                self._parts = None
         log.info("indexer stopped")
 
-    async def _start_checks(self, checks: contextlib.AsyncExitStack,
-                            source: KafkaSource) -> None:
-        """The canary's writer and continuous verification, beside the loop. Each table is
-        looked after by the member that consumes its topic's first partition, so the work is
-        done once per group and moves with the partitions."""
-        cfg = self.config
-
-        def owns(topic: str) -> bool:
-            return TopicPartition(topic, 0) in source.assignment()
-
-        if self._canary is not None:
-            canary = self._canary
-            self.metrics.canary_from(int(time.time() * 1000))
-            await checks.enter_async_context(CanaryWriter(
-                cfg.mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
-                cfg.canary.interval_s, lambda: owns(canary.topic), self.metrics))
-        if cfg.verify.enabled:
-            await checks.enter_async_context(Verifier(
-                cfg, self.metrics, lambda table: owns(table.topic)))
+    @property
+    def _p(self) -> Parts:
+        assert self._parts is not None, "the parts exist while run() runs"
+        return self._parts
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             await self._commit_done()
-            if len(self._inflight) >= self.config.batch.in_flight:
-                await self._wait_for(self._inflight[0][1])
+            oldest = self._ledger.oldest
+            if oldest is not None and len(self._ledger) >= self.config.batch.in_flight:
+                await self._wait_for(oldest)
                 continue
             batch = await self._next_batch()
             if batch.messages:
                 task = asyncio.create_task(self._process(batch))
-                task.add_done_callback(lambda _: self._advance())
-                self._inflight.append((batch, task))
+                self._ledger.add(task, batch.offsets)
+                task.add_done_callback(self._finished)
 
     async def _wait_for(self, task: asyncio.Task[None]) -> None:
         stopping = asyncio.create_task(self._stopping.wait())
@@ -182,8 +198,7 @@ class Daemon:
     async def _next_batch(self) -> Batch:
         """Fills a batch up to max events/bytes, waiting for more once it has one as long as
         :class:`Linger` says for the rate seen."""
-        source = self._source
-        assert source is not None
+        source = self._p.source
         limits = self.config.batch
         batch = Batch()
         records = await source.fetch(min(limits.max_events, DECODE_SLICE), IDLE_POLL_MS)
@@ -226,9 +241,8 @@ class Daemon:
         epoch is stored)."""
         for _ in range(4):  # a partition's first record may also be a switch, or a new layout
             if isinstance(needed, LayoutChanged):
-                assert self._schemas is not None
                 table = self._tables[record.topic]
-                await self._schemas.changed(table.config, table.decoder, needed)
+                await self._p.schemas.changed(table.config, table.decoder, needed)
             else:
                 await self._follow(needed)
             try:
@@ -239,8 +253,7 @@ class Daemon:
                            f"be prepared ({needed!r})")
 
     async def _follow(self, needed: SwitchFound | NotFollowed) -> None:
-        follower = self._follower
-        assert follower is not None
+        follower = self._p.follower
         # Stored in the search server: retried like a bulk while it is away.
         async for attempt in retrying(
                 self.config.batch.max_backoff_s,
@@ -265,8 +278,7 @@ class Daemon:
             message.ts_ms = change.position.ts_ms
             epoch = EPOCH_ZERO
             if table.builder.binlog_versions:
-                assert self._follower is not None
-                epoch = self._follower.epoch(table.config, record, change.position)
+                epoch = self._p.follower.epoch(table.config, record, change.position)
             message.op = Op(table.config.alias, table.builder.write_for_change(change, epoch))
         except (SwitchFound, NotFollowed, LayoutChanged):
             raise
@@ -279,8 +291,7 @@ class Daemon:
         return message
 
     async def _process(self, batch: Batch) -> None:
-        sink = self._sink
-        assert sink is not None
+        sink = self._p.sink
         # Only the highest version per document can win; the rest are stale already.
         latest: dict[tuple[str, str], Op] = {}
         for message in batch.messages:
@@ -301,8 +312,7 @@ class Daemon:
         self._count(batch)
 
     async def _dead_letter(self, batch: Batch) -> None:
-        producer = self._producer
-        assert producer is not None
+        producer = self._p.dead_letters
         topic = self.config.kafka.dead_letter_topic
         for message in batch.messages:
             error = message.error
@@ -363,26 +373,22 @@ class Daemon:
         for table, ts in newest.items():
             m.written_up_to(table, ts)
 
-    def _advance(self) -> None:
-        """Hands the batches completed at the head of the queue to the commit, in order.
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        """A batch's task ended: the ledger hands the batches done at its head to the commit,
+        in order; a fatal error (transient ones are retried inside) lets nothing at or after
+        its batch be committed, and the loop raises it, which stops the daemon."""
+        error = asyncio.CancelledError() if task.cancelled() else task.exception()
+        self._ledger.finish(task, error)
+        self._advance()
 
-        Runs as each batch completes, so offsets are committed without waiting for the loop
-        (which may be waiting for new messages). One commit request at a time runs in the
-        background; offsets completed meanwhile go into the next one, sent when it ends.
-        """
-        while self._inflight and self._inflight[0][1].done() and self._failure is None:
-            batch, task = self._inflight[0]
-            if task.cancelled() or task.exception() is not None:
-                # A fatal error (transient ones are retried inside): nothing at or after this
-                # batch may be committed. The loop raises it, which stops the daemon.
-                self._failure = (asyncio.CancelledError() if task.cancelled()
-                                 else task.exception())
-                break
-            self._inflight.popleft()
-            self._completed.update(batch.offsets)
-        if self._completed and (self._committing is None or self._committing.done()):
-            offsets, self._completed = self._completed, {}
-            self._committing = asyncio.create_task(self._commit(offsets))
+    def _advance(self) -> None:
+        """Sends what the ledger has ready, one commit request at a time in the background:
+        offsets committed without waiting for the loop (which may be waiting for new
+        messages); those completed meanwhile go into the next request, sent when it ends."""
+        if self._committing is None or self._committing.done():
+            offsets = self._ledger.take()
+            if offsets:
+                self._committing = asyncio.create_task(self._commit(offsets))
 
     async def _commit_done(self, *, wait: bool = False) -> None:
         """Commits what has completed; ``wait`` sends everything completed and waits for it
@@ -391,12 +397,11 @@ class Daemon:
         while wait and self._committing is not None and not self._committing.done():
             await self._committing
             self._advance()
-        if self._failure is not None:
-            raise self._failure
+        if self._ledger.failure is not None:
+            raise self._ledger.failure
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        source = self._source
-        assert source is not None
+        source = self._p.source
         try:
             await source.commit(offsets)
         except Exception as exc:
@@ -416,26 +421,25 @@ class Daemon:
 
     async def _save_cursors(self, *, force: bool = False) -> None:
         """Stores where each followed partition's source stands (every few seconds)."""
-        if self._follower is None:
+        if self._parts is None:
             return
         try:
-            await self._follower.save(force=force)
+            await self._parts.follower.save(force=force)
         except Exception as exc:  # the next save catches up; a lost one costs nothing
             log.warning("could not save the source cursors (%s: %s)", type(exc).__name__, exc)
 
     async def _drain(self, grace_s: float) -> None:
         """Waits for in-flight batches (abandoning them after ``grace_s``) and commits the
         completed prefix."""
-        tasks = [task for _, task in self._inflight]
-        if tasks and self._failure is None:
+        tasks = self._ledger.in_flight()
+        if tasks and self._ledger.failure is None:
             await asyncio.wait(tasks, timeout=grace_s)
-        with contextlib.suppress(Exception):  # a failure is kept in self._failure
+        with contextlib.suppress(Exception):  # a failure is kept in the ledger
             await self._commit_done(wait=True)
-        if self._inflight:
+        if len(self._ledger):
             log.warning("abandoning %d unfinished batches; they will be read again",
-                        len(self._inflight))
-            abandoned = [task for _, task in self._inflight]
-            self._inflight.clear()  # first: a cancelled batch is not a failure here
+                        len(self._ledger))
+            abandoned = self._ledger.abandon()  # first: a cancelled batch is no failure here
             for task in abandoned:
                 task.cancel()
             for task in abandoned:
@@ -445,17 +449,63 @@ class Daemon:
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         await self._drain(self.config.batch.shutdown_grace_s)
         await self._save_cursors(force=True)  # the next owner follows on from here
-        if self._follower is not None:
+        if self._parts is not None:
             for tp in revoked:
-                self._follower.forget(tp.topic, tp.partition)
+                self._parts.follower.forget(tp.topic, tp.partition)
 
     async def _shutdown(self) -> None:
         await self._drain(self.config.batch.shutdown_grace_s)
         if self._saving is not None:
             await self._saving
         await self._save_cursors(force=True)
-        if self._failure is not None:
-            raise self._failure
+        if self._ledger.failure is not None:
+            raise self._ledger.failure
+
+
+@contextlib.asynccontextmanager
+async def open_parts(cfg: Config, metrics: Metrics, tables: dict[str, _Table],
+                     on_revoked: RevokeHook) -> AsyncIterator[Parts]:
+    """The real parts: the search server's sink, the dead-letter producer, the follower and
+    the schema watch on the search server's state, every table's index created if absent,
+    the Kafka source, and beside them the canary's writer and continuous verification."""
+    async with (
+        ElasticsearchSink(cfg.elasticsearch, metrics, max_backoff_s=cfg.batch.max_backoff_s)
+        as sink,
+        Producer(cfg.kafka) as producer,
+    ):
+        follower = Follower(StateStore(sink.client), metrics)
+        schemas = SchemaWatch(cfg, sink.client, metrics)
+        for table in tables.values():
+            await ensure_table_index(sink.client, cfg, table.config)
+            if table.builder.binlog_versions:
+                await follower.load(table.config)
+        await asyncio.gather(*(schemas.start(t.config, t.decoder)
+                               for t in tables.values() if not t.config.canary))
+        async with (
+            KafkaSource(cfg.kafka, list(tables), on_revoked) as source,
+            contextlib.AsyncExitStack() as checks,
+        ):
+            await _start_checks(cfg, metrics, checks, source)
+            yield Parts(source, sink, producer, follower, schemas)
+
+
+async def _start_checks(cfg: Config, metrics: Metrics, checks: contextlib.AsyncExitStack,
+                        source: KafkaSource) -> None:
+    """The canary's writer and continuous verification, beside the loop. Each table is looked
+    after by the member that consumes its topic's first partition, so the work is done once
+    per group and moves with the partitions."""
+
+    def owns(topic: str) -> bool:
+        return TopicPartition(topic, 0) in source.assignment()
+
+    if cfg.canary_table is not None:
+        canary = cfg.canary_table
+        metrics.canary_from(int(time.time() * 1000))
+        await checks.enter_async_context(CanaryWriter(
+            cfg.mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
+            cfg.canary.interval_s, lambda: owns(canary.topic), metrics))
+    if cfg.verify.enabled:
+        await checks.enter_async_context(Verifier(cfg, metrics, lambda table: owns(table.topic)))
 
 
 def mapping_hint(table: TableConfig) -> str:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Protocol, TypeVar
 
 from aiokafka.structs import ConsumerRecord
 
@@ -29,10 +31,10 @@ from indexer.core.sources import (
 )
 from indexer.jobs.dlq import REPLAY_HEADER
 from indexer.metrics import Metrics
-from indexer.search.state import StateStore
 from indexer.settings import TableConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Cursors are saved at most this often: a save lost in a crash only means re-reading a few
 # seconds of changes, which observe() recognises as sent before.
@@ -57,8 +59,16 @@ class NotFollowed(Exception):
         self.table, self.key = table, key
 
 
+class RegistryStore(Protocol):
+    """Where tables' registries are kept (:class:`~indexer.search.state.StateStore`)."""
+
+    async def load(self, alias: str) -> Registry: ...
+    async def update(self, alias: str,
+                     change: Callable[[Registry], T]) -> tuple[Registry, T]: ...
+
+
 class Follower:
-    def __init__(self, store: StateStore, metrics: Metrics) -> None:
+    def __init__(self, store: RegistryStore, metrics: Metrics) -> None:
         self._store = store
         self._metrics = metrics
         self._registries: dict[str, Registry] = {}  # by table alias
