@@ -34,7 +34,7 @@ CONFIG = build_config({"tables": [{"name": "indexer_test.t1", "topic": TOPIC}],
 
 def record(offset: int, key: bytes | None, value: bytes | None) -> ConsumerRecord[bytes, bytes]:
     return ConsumerRecord(TOPIC, 0, offset, 0, 0, key, value, None, len(key or b""),
-                          len(value or b""), ())  # type: ignore[arg-type]
+                          len(value or b""), ())
 
 
 class MemorySource:
