@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -217,6 +217,11 @@ class CanarySettings:
     interval_s: float = DEFAULT_CANARY_INTERVAL_S
     # No canary indexed for this long while a newer one was written: unhealthy.
     max_age_s: float = DEFAULT_CANARY_MAX_AGE_S
+    # Where beats are written when [mysql] names a replica (default: [mysql]'s): the primary,
+    # so that they travel the replication the connector reads behind. Never into a replica:
+    # its own transactions there would be errant ones, refused at its next fail-over.
+    mysql_host: str | None = None
+    mysql_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -323,6 +328,12 @@ class Config:
                 value = getattr(section, f.name)
                 if isinstance(value, Secret):
                     yield value
+
+    @property
+    def canary_mysql(self) -> MySQLSettings:
+        """The server the canary's beats are written into and read back from."""
+        return replace(self.mysql, host=self.canary.mysql_host or self.mysql.host,
+                       port=self.canary.mysql_port or self.mysql.port)
 
     def table(self, name: str) -> TableConfig:
         for table in self.tables:

@@ -502,7 +502,7 @@ async def _start_checks(cfg: Config, metrics: Metrics, checks: contextlib.AsyncE
         canary = cfg.canary_table
         metrics.canary_from(int(time.time() * 1000))
         await checks.enter_async_context(CanaryWriter(
-            cfg.mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
+            cfg.canary_mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
             cfg.canary.interval_s, lambda: owns(canary.topic), metrics))
     if cfg.verify.enabled:
         await checks.enter_async_context(Verifier(cfg, metrics, lambda table: owns(table.topic)))

@@ -140,7 +140,7 @@ async def canary_report(config: Config) -> tuple[dict[str, Any] | None, list[str
     group = config.kafka.group_id
     now_ms = int(time.time() * 1000)
     try:
-        written = await asyncio.to_thread(read_beat, config.mysql, table, group)
+        written, primary = await asyncio.to_thread(read_beat, config.canary_mysql, table, group)
     except (ConfigError, pymysql.err.MySQLError, OSError) as exc:
         return None, [f"canary {table.name}: cannot read it from MySQL ({exc})"]
     # A server that is away is reported on its own; the canary says what the others show.
@@ -167,8 +167,13 @@ async def canary_report(config: Config) -> tuple[dict[str, Any] | None, list[str
     if config.connect.url:
         hint = (f" (curl -X POST '{redact_url(config.connect.url).rstrip('/')}/connectors/"
                 "<name>/restart?includeTasks=true')")
-    return seen.as_json(now_ms), canary.problems(config.canary, table, group, seen, now_ms,
-                                                 hint)
+    problems = canary.problems(config.canary, table, group, seen, now_ms, hint)
+    if primary is not None:
+        mysql = config.canary_mysql
+        problems.insert(0, f"canary {table.name}: no beat is written into {mysql.host}:"
+                           f"{mysql.port}, a replica of {primary}; set [canary] mysql_host and "
+                           "mysql_port to the primary")
+    return seen.as_json(now_ms), problems
 
 
 async def _newest_beat(reader: TopicReader, config: Config, table: TableConfig) -> Beat | None:

@@ -48,18 +48,54 @@ def write_beat(conn: pymysql.connections.Connection[Any], table: TableConfig, gr
                     "beat_ms = %s, writer = %s", (group, now_ms, writer, now_ms, writer))
 
 
-def read_beat(settings: MySQLSettings, table: TableConfig, group: str) -> Beat | None:
-    """The group's newest beat as MySQL has it (None: none written, or no table yet)."""
-    with connect(settings, table.database) as conn, conn.cursor() as cur:
-        try:
-            cur.execute(f"SELECT group_id, seq, beat_ms, writer FROM {_qualified(table)} "
-                        "WHERE group_id = %s", (group,))
-        except pymysql.err.ProgrammingError as exc:
-            if exc.args and exc.args[0] == 1146:  # no such table: no daemon has run yet
+class IntoReplica(Exception):
+    """The canary's server replicates from another: a beat written there would be an errant
+    transaction (a GTID of its own, which a fail-over to it then stumbles on)."""
+
+
+def replicates_from(conn: pymysql.connections.Connection[Any]) -> str | None:
+    """The primary this server replicates from ("host:port"), None when it is none's replica
+    or the user may not ask (then read_only is the only guard left)."""
+    with conn.cursor() as cur:
+        for statement in ("SHOW REPLICA STATUS", "SHOW SLAVE STATUS"):  # MySQL 8.4 / older
+            try:
+                cur.execute(statement)
+            except pymysql.err.ProgrammingError as exc:
+                if exc.args and exc.args[0] == 1064:  # syntax this server does not know
+                    continue
+                raise
+            except pymysql.err.OperationalError as exc:
+                if exc.args and exc.args[0] in (1227, 1045):  # needs SLAVE MONITOR or similar
+                    return None
+                raise
+            row = cur.fetchone()
+            if row is None:
                 return None
-            raise
-        row = cur.fetchone()
-    return None if row is None else Beat(str(row[0]), int(row[1]), int(row[2]), str(row[3]))
+            names = [d[0] for d in cur.description or ()]
+            status = dict(zip(names, row, strict=False))
+            host = status.get("Source_Host", status.get("Master_Host", "?"))
+            port = status.get("Source_Port", status.get("Master_Port", "?"))
+            return f"{host}:{port}"
+    return None
+
+
+def read_beat(settings: MySQLSettings, table: TableConfig,
+              group: str) -> tuple[Beat | None, str | None]:
+    """The group's newest beat as MySQL has it (None: none written, or no table yet), and the
+    primary the server replicates from (None: it is no replica), when beats are refused."""
+    with connect(settings, table.database) as conn:
+        primary = replicates_from(conn)
+        with conn.cursor() as cur:
+            try:
+                cur.execute(f"SELECT group_id, seq, beat_ms, writer FROM {_qualified(table)} "
+                            "WHERE group_id = %s", (group,))
+            except pymysql.err.ProgrammingError as exc:
+                if exc.args and exc.args[0] == 1146:  # no such table: no daemon has run yet
+                    return None, primary
+                raise
+            row = cur.fetchone()
+    beat = None if row is None else Beat(str(row[0]), int(row[1]), int(row[2]), str(row[3]))
+    return beat, primary
 
 
 def writer_name(client_id: str) -> str:
@@ -109,11 +145,21 @@ class CanaryWriter:
     def _beat(self) -> bool:
         try:
             if self._conn is None:
-                self._conn = connect(self._settings, self._table.database)
-                ensure(self._conn, self._table)
+                conn = connect(self._settings, self._table.database)
+                try:
+                    primary = replicates_from(conn)
+                    if primary is not None:
+                        raise IntoReplica(
+                            f"{self._settings.host}:{self._settings.port} is a replica of "
+                            f"{primary}; set [canary] mysql_host and mysql_port to the primary")
+                    ensure(conn, self._table)
+                except BaseException:
+                    conn.close()
+                    raise
+                self._conn = conn
             write_beat(self._conn, self._table, self._group, self._writer,
                        int(time.time() * 1000))
-        except (pymysql.err.MySQLError, ConfigError, OSError) as exc:
+        except (pymysql.err.MySQLError, ConfigError, OSError, IntoReplica) as exc:
             if self._conn is not None:
                 with contextlib.suppress(Exception):
                     self._conn.close()
@@ -121,10 +167,11 @@ class CanaryWriter:
             self._metrics.canary_write_failures.inc()
             reason = f"{type(exc).__name__}: {exc}"
             if reason != self._failing:
-                log.warning("cannot write the canary's beat into %s (%s); the MySQL user needs "
-                            "CREATE, INSERT and UPDATE on it ([canary] enabled = false turns "
-                            "the canary off); trying again every %g s", self._table.name,
-                            reason, self._interval_s)
+                needs = ("" if isinstance(exc, IntoReplica) else
+                         "; the MySQL user needs CREATE, INSERT and UPDATE on it")
+                log.warning("cannot write the canary's beat into %s (%s)%s ([canary] enabled "
+                            "= false turns the canary off); trying again every %g s",
+                            self._table.name, reason, needs, self._interval_s)
                 self._failing = reason
             return False
         if self._failing is not None:

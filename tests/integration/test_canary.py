@@ -60,9 +60,10 @@ async def test_beats_travel_the_whole_pipeline_and_are_measured(
         assert status.canary["written"]["seq"] >= status.canary["indexed"]["seq"] >= 3
         assert status.canary["heartbeat_age_s"] is not None
         assert not [p for p in status.problems if "canary" in p]
-        written = await asyncio.to_thread(read_beat, config.mysql, config.canary_table,
-                                          config.kafka.group_id)
+        written, primary = await asyncio.to_thread(read_beat, config.mysql, config.canary_table,
+                                                   config.kafka.group_id)
         assert written is not None and written.writer.startswith("indexer@")
+        assert primary is None
 
 
 async def test_a_connector_that_emits_no_canary_while_it_sends_heartbeats_is_upstream_loss(
@@ -106,8 +107,8 @@ async def test_daemons_of_one_group_write_one_beat_an_interval_and_hand_over(
     assert first.canary_table is not None
 
     async def beat() -> Beat:
-        found = await asyncio.to_thread(read_beat, first.mysql, first.canary_table,
-                                        first.kafka.group_id)
+        found, _ = await asyncio.to_thread(read_beat, first.mysql, first.canary_table,
+                                           first.kafka.group_id)
         assert found is not None
         return found
 

@@ -30,6 +30,7 @@ from indexer.jobs.reindex import reindex
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
 from indexer.settings import Config, MySQLSettings
+from indexer.source.canary_table import read_beat
 from indexer.source.mysql import connection
 from tests.integration.conftest import (
     COLUMNS,
@@ -235,6 +236,11 @@ async def test_a_fail_over_to_a_replica_loses_no_change(
         async with writing(PRIMARY, 10_000, 3):
             pass
         await wait_for_documents(es, config.tables[0].alias, rows(PRIMARY), timeout=120)
+        # The canary writes no beat into a replica: its own GTIDs there would be errant ones.
+        assert config.canary_table is not None
+        written, primary = await asyncio.to_thread(
+            read_beat, config.canary_mysql, config.canary_table, config.kafka.group_id)
+        assert written is None and primary is not None and primary.endswith(f":{PRIMARY}")
         await promote_replica()
         stack("down", "failover-primary")  # the old primary is gone
         connector.repoint(REPLICA)

@@ -109,6 +109,16 @@ def test_bad_canary_settings_are_refused_naming_the_setting(section: dict[str, o
         build_config({"tables": [{"name": "shop.products"}], "canary": section}, Path())
 
 
+def test_beats_go_to_the_mysql_server_the_canary_names_with_the_rest_of_mysql() -> None:
+    assert CONFIG.canary_mysql == CONFIG.mysql
+    moved = build_config({"tables": [{"name": "shop.products"}],
+                          "mysql": {"host": "replica", "port": 3307, "user": "u"},
+                          "canary": {"mysql_host": "primary"}}, Path())
+    assert (moved.canary_mysql.host, moved.canary_mysql.port, moved.canary_mysql.user) == (
+        "primary", 3307, "u")
+    assert moved.mysql.host == "replica"
+
+
 def test_a_table_named_like_the_canary_is_refused() -> None:
     with pytest.raises(ConfigError, match="is used by two tables"):
         build_config({"tables": [{"name": "shop.indexer_canary", "alias": "x"}]}, Path())
