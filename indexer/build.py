@@ -19,8 +19,8 @@ from pathlib import Path
 # following and bulk settling): setup.py compiles these when it can.
 HOT_PATH = ("indexer.core.values", "indexer.core.checksums", "indexer.core.events",
             "indexer.core.documents", "indexer.core.versions", "indexer.core.sources",
-            "indexer.core.bulk",
-            "indexer.jobs.follower", "indexer.jobs.daemon", "indexer.search.sink")
+            "indexer.core.bulk", "indexer.jobs.follower", "indexer.jobs.daemon",
+            "indexer.search.sink")
 
 
 @dataclass(frozen=True)
