@@ -16,8 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from indexer.core.documents import META_FIELD
 
 # Field types a full Elasticsearch 9 or OpenSearch 3 knows (flat_object is OpenSearch's
@@ -100,16 +98,6 @@ _INDEX_OF_ALIAS = re.compile(r"^(?P<alias>.+)-v\d{8}t\d{12}$")
 def alias_of_index(index: str) -> str | None:
     match = _INDEX_OF_ALIAS.match(index)
     return match.group("alias") if match else None
-
-
-def load_definition(path: Path, alias: str) -> IndexDefinition:
-    try:
-        raw = orjson.loads(path.read_bytes())
-    except FileNotFoundError as exc:
-        raise MappingError(f"{path}: mapping file not found") from exc
-    except orjson.JSONDecodeError as exc:
-        raise MappingError(f"{path}: not valid JSON: {exc}") from exc
-    return validate_definition(raw, alias, path)
 
 
 def validate_definition(raw: Any, alias: str, source: Path) -> IndexDefinition:

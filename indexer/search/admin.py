@@ -19,8 +19,8 @@ from indexer.core.documents import META_FIELD
 from indexer.core.field_types import SERVERS, Capabilities
 from indexer.core.mappings import (
     IndexDefinition,
+    MappingError,
     alias_actions_for_new,
-    load_definition,
     new_index_name,
     sync_alias,
     validate_definition,
@@ -35,6 +35,17 @@ log = logging.getLogger(__name__)
 MISSED_META = "indexer_missed_writes"
 
 PURGE_BATCH = 2000
+
+
+def load_definition(path: Path, alias: str) -> IndexDefinition:
+    """A table's index definition from its mapping file, checked."""
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise MappingError(f"{path}: mapping file not found") from exc
+    except orjson.JSONDecodeError as exc:
+        raise MappingError(f"{path}: not valid JSON: {exc}") from exc
+    return validate_definition(raw, alias, path)
 
 
 def definition_for(config: Config, table: TableConfig) -> IndexDefinition:

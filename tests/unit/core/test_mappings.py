@@ -8,21 +8,10 @@ from indexer.core.mappings import (
     READ_FILTER,
     MappingError,
     alias_of_index,
-    load_definition,
     new_index_name,
     swap_actions,
     validate_definition,
 )
-
-REPO = Path(__file__).parents[3]
-
-
-def test_shipped_mapping_files_are_valid() -> None:
-    files = sorted((REPO / "mappings").glob("*.json"))
-    assert files
-    for path in files:
-        definition = load_definition(path, path.stem)
-        assert "_indexer" in definition.mappings["properties"]
 
 
 def test_index_names_round_trip() -> None:
@@ -42,13 +31,6 @@ def test_index_names_round_trip() -> None:
 def test_invalid_definitions(raw: object, match: str) -> None:
     with pytest.raises(MappingError, match=match):
         validate_definition(raw, "a", Path("a.json"))
-
-
-def test_bad_json_names_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "a.json"
-    path.write_text("{")
-    with pytest.raises(MappingError, match=r"a\.json: not valid JSON"):
-        load_definition(path, "a")
 
 
 def test_bulk_load_settings_and_restore() -> None:
