@@ -16,8 +16,8 @@ import orjson
 import pymysql
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from indexer.config import ElasticsearchSettings
-from indexer.sink.search import SearchClient
+from indexer.search.client import SearchClient
+from indexer.settings import ElasticsearchSettings
 
 REPO = Path(__file__).parents[1]
 STACK = REPO / ".stack"

@@ -50,16 +50,16 @@ from bench.common import (
     unique,
     unpin,
 )
-from indexer.config import (
+from indexer.core.documents import DocumentBuilder
+from indexer.core.mappings import validate_definition
+from indexer.jobs.daemon import DECODE_SLICE
+from indexer.settings import (
     DEFAULT_BATCH_EVENTS,
     DEFAULT_IN_FLIGHT,
     KafkaSettings,
     TableConfig,
     VersionSource,
 )
-from indexer.daemon import DECODE_SLICE
-from indexer.documents import DocumentBuilder
-from indexer.mappings import validate_definition
 from indexer.source.kafka import KafkaSource
 
 BULK_DOCS = DEFAULT_BATCH_EVENTS

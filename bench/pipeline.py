@@ -51,7 +51,7 @@ from bench.common import (
     unique,
 )
 from bench.daemon import committed, write_config
-from indexer.sink.search import SearchClient
+from indexer.search.client import SearchClient
 
 CONNECT = "http://127.0.0.1:8083"
 CONNECTOR = "indexer-mariadb"

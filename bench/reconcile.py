@@ -28,10 +28,11 @@ import pymysql.cursors
 
 from bench.common import BENCH_MAPPING, ES, mysql, search_client, unique
 from bench.reindex import BENCH_DATABASE, create_table, drop_table
-from indexer.checksums import content_hash
-from indexer.config import MySQLSettings
-from indexer.sink.search import SearchClient
-from indexer.source import mysql as source
+from indexer.core.checksums import content_hash
+from indexer.search.client import SearchClient
+from indexer.settings import MySQLSettings
+from indexer.source.mysql import checksum_sql, connection, schema
+from indexer.source.mysql.connection import qualified
 
 
 def write_config(folder: Path, table: str) -> tuple[Path, str]:
@@ -93,11 +94,11 @@ async def inject(es: SearchClient, alias: str, table: str, rows: int) -> dict[st
 async def naive(es: SearchClient, alias: str, table: str) -> tuple[int, float]:
     """Differences found by streaming both sides in key order and merging them."""
     started = time.perf_counter()
-    conn = source.connect(MySQLSettings(), BENCH_DATABASE)
-    layout = source.table_layout(conn, BENCH_DATABASE, table)
+    conn = connection.connect(MySQLSettings(), BENCH_DATABASE)
+    layout = schema.table_layout(conn, BENCH_DATABASE, table)
     cursor = conn.cursor(pymysql.cursors.SSCursor)
-    row_hash = source.hash_sql([(c.name, c) for c in layout.columns], layout.flavor)
-    cursor.execute(f"SELECT id, {row_hash} FROM {layout.qualified} ORDER BY id")
+    row_hash = checksum_sql.hash_sql([(c.name, c) for c in layout.columns], layout.flavor)
+    cursor.execute(f"SELECT id, {row_hash} FROM {qualified(layout)} ORDER BY id")
 
     def mysql_rows() -> Any:
         while page := cursor.fetchmany(10000):

@@ -40,7 +40,7 @@ from bench.common import (
     unpin,
 )
 from bench.daemon import ceiling_bodies, raw_ceiling
-from indexer.mappings import load_settings
+from indexer.core.mappings import load_settings
 
 BENCH_DATABASE = "indexer_bench"  # not in the connector's database.include.list
 

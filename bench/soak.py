@@ -523,7 +523,7 @@ def write_config(folder: Path, table: str, alias: str, args: argparse.Namespace)
             f'[elasticsearch]\nhosts = ["{ES}"]\nmappings_dir = "{folder}"\n'
             f'[mysql]\nport = {MYSQL_PORT}\n'
             f'[connect]\nurl = "{CONNECT_URL}"\n'
-            f'[metrics]\nport = {args.metrics_port}\n')
+            f'[metrics]\nport = {args.metrics.port}\n')
     if args.canary:
         text += f"[canary]\ninterval_s = {args.canary_interval}\nmax_age_s = {args.canary_age}\n"
     else:

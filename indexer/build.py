@@ -17,9 +17,10 @@ from pathlib import Path
 # The modules every event goes through (envelope decoding, value encodings, checksums,
 # documents and versions, bulk lines, and the daemon's per-message bookkeeping, source
 # following and bulk settling): setup.py compiles these when it can.
-HOT_PATH = ("indexer.values", "indexer.checksums", "indexer.events", "indexer.documents",
-            "indexer.sources", "indexer.bulk", "indexer.follower", "indexer.daemon",
-            "indexer.sink.elasticsearch")
+HOT_PATH = ("indexer.core.values", "indexer.core.checksums", "indexer.core.events",
+            "indexer.core.documents", "indexer.core.versions", "indexer.core.sources",
+            "indexer.core.bulk", "indexer.jobs.follower", "indexer.jobs.daemon",
+            "indexer.search.sink")
 
 
 @dataclass(frozen=True)

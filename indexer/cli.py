@@ -16,14 +16,15 @@ from rich.console import Console
 from rich.markup import escape
 
 from indexer import logs
-from indexer.config import Config, ConfigError, TableConfig, load_config
-from indexer.mappings import MappingError
-from indexer.reindex import ReindexError
+from indexer.config import load_config
+from indexer.core.mappings import MappingError
+from indexer.core.sources import Registry
+from indexer.jobs.reindex import ReindexError
 from indexer.security import Redactor
-from indexer.sources import Registry
+from indexer.settings import Config, ConfigError, TableConfig
 
 if TYPE_CHECKING:
-    from indexer.source.mysql import Column
+    from indexer.core.layout import Column
 
 app = typer.Typer(help="Keeps Elasticsearch in sync with MySQL/MariaDB via Debezium.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -78,14 +79,14 @@ def _config(path: Path | None, level: str | None) -> Config:
     except ConfigError as exc:
         err.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc
-    logs.configure(config.log_format, level or config.log_level, Redactor(config.secrets()))
+    logs.configure(config.logging.format, level or config.logging.level, Redactor(config.secrets()))
     return config
 
 
 @app.command()
 def run(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Stream Debezium change events from Kafka into Elasticsearch until stopped."""
-    from indexer.daemon import Daemon
+    from indexer.jobs.daemon import Daemon
 
     cfg = _config(config, log_level)
     _tune_gc()
@@ -93,7 +94,7 @@ def run(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     async def main() -> None:
         daemon = Daemon(cfg)
         daemon.install_signal_handlers()
-        daemon.metrics.serve(cfg.metrics_host, cfg.metrics_port)
+        daemon.metrics.serve(cfg.metrics.host, cfg.metrics.port)
         await daemon.run()
 
     _run(cfg, main())
@@ -103,7 +104,7 @@ def run(config: ConfigOption = None, log_level: LogLevel = None) -> None:
 def check(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Health as exit code: 0 when Elasticsearch, Kafka and every table's alias answer."""
     from indexer.build import current_build
-    from indexer.health import check_health
+    from indexer.jobs.health import check_health
 
     cfg = _config(config, log_level)
     problems = _run(cfg, check_health(cfg))
@@ -129,8 +130,8 @@ def explain(
 ) -> None:
     """Why the index shows what it shows for one row: MySQL, every index, the key's events
     and dead letters, and the fix. Exit 0 in sync, 1 differs, 2 error."""
-    from indexer.explain import explain as explain_row
-    from indexer.explain import render_text
+    from indexer.jobs.explain import explain as explain_row
+    from indexer.jobs.explain import render_text
 
     cfg = _config(config, log_level)
     _check_format(output_format, ("text", "json"))
@@ -152,7 +153,7 @@ def status(
     import time
     from datetime import UTC
 
-    from indexer.status import gather, render_text
+    from indexer.jobs.status import gather, render_text
 
     cfg = _config(config, log_level)
     _check_format(output_format, ("text", "json"))
@@ -180,7 +181,7 @@ def reindex(
     log_level: LogLevel = None,
 ) -> None:
     """Rebuild tables from MySQL into fresh indices and swap the alias, with no downtime."""
-    from indexer import reindex as rebuild
+    from indexer.jobs import reindex as rebuild
     from indexer.progress import reindex_progress
 
     cfg = _config(config, log_level)
@@ -223,7 +224,7 @@ def reconcile(
     """Compare MySQL with the index: exit 0 when they match, 1 on drift, 2 on errors."""
     import orjson
 
-    from indexer import reconcile as checker
+    from indexer.jobs import reconcile as checker
     from indexer.progress import reindex_progress
     from indexer.report import html, terminal
 
@@ -261,8 +262,8 @@ def mappings_validate(
 ) -> None:
     """Check every table's mapping file, and each mapping against the live table: every
     column whose values it would refuse or lose. Exit 0 fits, 1 would refuse or lose, 2 error."""
-    from indexer.admin import definition_for
-    from indexer.field_types import check
+    from indexer.core.field_types import check
+    from indexer.search.admin import definition_for
 
     cfg = _config(config, log_level)
     failed = False
@@ -302,9 +303,9 @@ def mappings_generate(
     """A mapping for each table from its columns in MySQL (include/exclude/rename applied)."""
     import orjson
 
-    from indexer.admin import field_capabilities
-    from indexer.field_types import SERVERS, Capabilities, generate
-    from indexer.sink.search import SearchClient
+    from indexer.core.field_types import SERVERS, Capabilities, generate
+    from indexer.search.admin import field_capabilities
+    from indexer.search.client import SearchClient
 
     cfg = _config(config, log_level)
     selected = _select(cfg, tables, all_tables)
@@ -337,8 +338,8 @@ def mappings_apply(
     log_level: LogLevel = None,
 ) -> None:
     """Create each table's versioned index and aliases from its mapping file, if missing."""
-    from indexer.admin import ensure_table_index
-    from indexer.sink.search import SearchClient
+    from indexer.search.admin import ensure_table_index
+    from indexer.search.client import SearchClient
 
     cfg = _config(config, log_level)
     tables = [_table(cfg, t) for t in table] if table else list(cfg.tables)
@@ -364,7 +365,7 @@ def dlq_replay(
     """Re-deliver dead letters to their source topics (after fixing what failed)."""
     from datetime import UTC
 
-    from indexer.dlq import ReplayFilter, replay
+    from indexer.jobs.dlq import ReplayFilter, replay
 
     cfg = _config(config, log_level)
     topics = frozenset(_table(cfg, t).topic for t in table or [])
@@ -381,11 +382,11 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = None) ->
     """Delete tombstones older than deletes.tombstone_retention_s."""
     import time
 
-    from indexer.admin import purge_tombstones
-    from indexer.sink.search import SearchClient
+    from indexer.search.admin import purge_tombstones
+    from indexer.search.client import SearchClient
 
     cfg = _config(config, log_level)
-    cutoff_ms = int((time.time() - cfg.tombstone_retention_s) * 1000)
+    cutoff_ms = int((time.time() - cfg.deletes.tombstone_retention_s) * 1000)
 
     async def main() -> None:
         async with SearchClient(cfg.elasticsearch) as client:
@@ -431,8 +432,8 @@ def _each_registry(config: Path | None, log_level: str | None, tables: list[str]
                    all_tables: bool, act: Callable[[TableConfig, Registry], None], *,
                    store: bool = False) -> None:
     """Runs ``act`` on each selected table's source registry (and stores it if ``store``)."""
-    from indexer.sink.search import SearchClient
-    from indexer.sink.state import StateStore
+    from indexer.search.client import SearchClient
+    from indexer.search.state import StateStore
 
     cfg = _config(config, log_level)
     selected = _select(cfg, tables, all_tables)
@@ -451,10 +452,10 @@ def _each_registry(config: Path | None, log_level: str | None, tables: list[str]
 
 def _columns(cfg: Config, table: TableConfig) -> tuple[tuple[Column, ...], dict[str, str]]:
     """The table's columns in MySQL, and column -> document field for those indexed."""
-    from indexer.documents import DocumentBuilder
-    from indexer.source import mysql
+    from indexer.core.documents import DocumentBuilder
+    from indexer.source.mysql import schema
 
-    layout = _run(cfg, asyncio.to_thread(mysql.read_layout, cfg.mysql, table.database,
+    layout = _run(cfg, asyncio.to_thread(schema.read_layout, cfg.mysql, table.database,
                                          table.table))
     return layout.columns, DocumentBuilder(table).field_names(c.name for c in layout.columns)
 

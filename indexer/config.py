@@ -1,21 +1,21 @@
-"""Typed settings, built once at the edge from a TOML file plus environment overrides.
+"""Configuration: settings built once at the edge from a TOML file plus environment overrides,
+every section validated the same way (its values converted to their declared types, then the
+section's own check), every problem naming the setting it comes from.
 
 Environment variables override file values as ``INDEXER_<SECTION>__<KEY>``, for example
 ``INDEXER_ELASTICSEARCH__HOSTS=http://es:9200`` or ``INDEXER_KAFKA__GROUP_ID=indexer-blue``;
 a table's as ``INDEXER_TABLES__<table or alias>__<KEY>``.
-Every problem names the setting it comes from.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import tomllib
 import types
 import typing
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -23,337 +23,30 @@ from urllib.parse import urlsplit
 import orjson
 
 from indexer.security import Secret, redact_url
-
-# Defaults match docker-compose.yml and dev/stack.sh, so a demo needs no settings at all.
-DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
-DEFAULT_GROUP_ID = "indexer"
-DEFAULT_TOPIC_PREFIX = "mysql"  # Debezium's topic.prefix: topics are <prefix>.<db>.<table>
-DEFAULT_DLQ_TOPIC = "indexer.dead-letter"
-DEFAULT_ES_HOSTS = ("http://127.0.0.1:9200",)
-DEFAULT_MYSQL_PORT = 3306
-# ~2k small documents or 8 MB per bulk: the middle of Elastic's 5-15 MB guidance, and large
-# enough that per-request overhead stays under a few percent.
-DEFAULT_BATCH_EVENTS = 4000
-DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
-# A batch waits at least 20 ms for more events (little freshness, many tiny bulks saved) and,
-# as the stream gets faster, up to 200 ms to gather ~1,000 (indexer.linger): a tenth of the
-# ~1.5 s from commit to searchable that Elasticsearch's 1 s refresh leaves room for.
-DEFAULT_LINGER_MS = 20
-DEFAULT_MAX_LINGER_MS = 200
-DEFAULT_TARGET_EVENTS = 1000
-# Three bulks in flight keep Elasticsearch busy while the next batch is decoded; with two,
-# the benchmark left both cores idle a third of the time (24k vs 36k events/s). Five made
-# Elasticsearch slower per document: a 1M-row reindex fell from 47k to 38k rows/s.
-DEFAULT_IN_FLIGHT = 3
-# Elasticsearch answers slowly under merges; a minute covers that without hiding a dead node.
-DEFAULT_REQUEST_TIMEOUT_S = 60.0
-# Tombstones must outlive every redelivery: a week covers Kafka's default retention.
-DEFAULT_TOMBSTONE_RETENTION_S = 7 * 24 * 3600
-DEFAULT_METRICS_PORT = 9464  # an unassigned port in Prometheus' exporter range
-# Metrics say how much data flows and where: only this machine sees them unless told otherwise.
-DEFAULT_METRICS_HOST = "127.0.0.1"
-# Every command logs what it does (index created, alias swapped, retries) unless told otherwise.
-DEFAULT_LOG_LEVEL = "INFO"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-# Kafka Connect's REST API answers in milliseconds; ten seconds means it is not answering.
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
-# Retries of transient failures back off exponentially up to this ceiling, then keep trying.
-DEFAULT_MAX_BACKOFF_S = 30.0
-# SIGTERM gives the batch this long to finish before it is abandoned (never committed).
-DEFAULT_SHUTDOWN_GRACE_S = 20.0
-# The canary: a row `indexer run` changes in MySQL and reads back through the whole pipeline.
-DEFAULT_CANARY_TABLE = "indexer_canary"
-DEFAULT_CANARY_ALIAS = "indexer-canary"
-# A beat every 5 s costs 17,280 one-row updates a day and lets a bound of 30 s hold six beats,
-# so one slow beat is not an alarm, while a loss is reported well within a minute.
-DEFAULT_CANARY_INTERVAL_S = 5.0
-DEFAULT_CANARY_MAX_AGE_S = 30.0
-# Continuous verification: every row of every table once an hour, its queries keeping each
-# server busy at most 5% of the time (a 1M-row table's pass takes a few seconds of each).
-DEFAULT_VERIFY_PERIOD_S = 3600.0
-DEFAULT_VERIFY_LOAD_SHARE = 0.05
-# Rows that differ are looked at again once the pipeline has delivered what was committed
-# before the first look (a canary written after it has arrived), and at least this long after.
-DEFAULT_VERIFY_SETTLE_S = 5.0
-# The quick pass over rows changed recently (tables with a column saying when) runs this often.
-DEFAULT_VERIFY_RECENT_EVERY_S = 60.0
+from indexer.settings import (
+    DEFAULT_CANARY_TABLE,
+    LOG_LEVELS,
+    BatchSettings,
+    CanarySettings,
+    Config,
+    ConfigError,
+    ConnectorSettings,
+    ConnectSettings,
+    DeletesSettings,
+    ElasticsearchSettings,
+    HealthSettings,
+    KafkaSettings,
+    LoggingSettings,
+    MetricsSettings,
+    MySQLSettings,
+    TableConfig,
+    VerifySettings,
+    VersionSource,
+)
 
 IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 INDEX_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]{0,200}$")
-
-DecimalMode = Literal["precise", "string", "double"]
-BinaryMode = Literal["bytes", "base64"]
-UnsignedMode = Literal["precise", "long"]
-TimePrecisionMode = Literal["adaptive_time_microseconds", "adaptive", "connect"]
-SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-ServerKind = Literal["auto", "mariadb", "mysql"]
-SnapshotPositionMode = Literal["auto", "status", "lock"]
-NewColumns = Literal["map", "keep"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 _FINGERPRINT = re.compile(r"^[0-9A-Fa-f]{64}$")
-
-
-class ConfigError(ValueError):
-    """A setting is missing or invalid; the message names it."""
-
-
-@dataclass(frozen=True)
-class KafkaSettings:
-    bootstrap_servers: str = DEFAULT_KAFKA_BOOTSTRAP
-    group_id: str = DEFAULT_GROUP_ID
-    dead_letter_topic: str = DEFAULT_DLQ_TOPIC
-    client_id: str = "indexer"
-    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
-    # Per-partition fetch size bounds memory under any backlog.
-    max_partition_fetch_bytes: int = 4 * 1024 * 1024
-    fetch_max_bytes: int = 16 * 1024 * 1024
-    # The broker checks each batch's CRC when it is produced; checking again on every fetch
-    # costs ~0.7 ns per byte (a third of consuming a 3.8 KB event). librdkafka skips it too.
-    check_crcs: bool = False
-    # Security, for the consumer, the dead-letter producer and the admin client alike; the
-    # names are Kafka's own, so a managed service's connection instructions apply as written.
-    security_protocol: SecurityProtocol = "PLAINTEXT"
-    sasl_mechanism: SaslMechanism = "PLAIN"
-    sasl_username: str | None = None
-    sasl_password: Secret | None = None
-    # "module:factory": a callable returning an aiokafka AbstractTokenProvider (OAUTHBEARER,
-    # e.g. Amazon MSK IAM through aws-msk-iam-sasl-signer).
-    sasl_oauth_token_provider: str | None = None
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    key_password: Secret | None = None
-    verify_certs: bool = True
-
-    @property
-    def tls(self) -> bool:
-        return self.security_protocol in ("SSL", "SASL_SSL")
-
-    @property
-    def sasl(self) -> bool:
-        return self.security_protocol.startswith("SASL_")
-
-
-@dataclass(frozen=True)
-class ConnectorSettings:
-    """How the Debezium connector encodes values; used when messages carry no schema."""
-
-    topic_prefix: str = DEFAULT_TOPIC_PREFIX
-    decimal_handling_mode: DecimalMode = "precise"
-    binary_handling_mode: BinaryMode = "bytes"
-    bigint_unsigned_handling_mode: UnsignedMode = "precise"
-    time_precision_mode: TimePrecisionMode = "adaptive_time_microseconds"
-
-
-@dataclass(frozen=True)
-class ElasticsearchSettings:
-    """The search server: Elasticsearch 8/9 or OpenSearch 2/3 (the section keeps its name)."""
-
-    hosts: tuple[str, ...] = DEFAULT_ES_HOSTS
-    # At most one way to authenticate: basic (username + password), api_key or bearer_token.
-    username: str | None = None
-    password: Secret | None = None
-    api_key: Secret | None = None  # Elasticsearch's encoded key, or "id:key"
-    bearer_token: Secret | None = None
-    ca_file: Path | None = None
-    fingerprint: str | None = None  # SHA-256 of the server's certificate, instead of a CA
-    cert_file: Path | None = None  # a client certificate (PEM), with its key_file
-    key_file: Path | None = None
-    verify_certs: bool = True
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
-    mappings_dir: Path = Path("mappings")
-
-    @property
-    def tls(self) -> bool:
-        return any(h.startswith("https://") for h in self.hosts)
-
-
-@dataclass(frozen=True)
-class MySQLSettings:
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_MYSQL_PORT
-    user: str = "indexer"
-    password: Secret = field(default_factory=lambda: Secret("indexer"))
-    tls: bool = False  # implied by ca_file or cert_file
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    verify_certs: bool = True
-    # The certificate must name the host (MySQL's VERIFY_IDENTITY); off = VERIFY_CA.
-    verify_identity: bool = True
-    # MariaDB or MySQL: "auto" asks the server (and, in the daemon, reads Debezium's
-    # source.connector); reconcile's checksum SQL and JSON texts follow it.
-    server: ServerKind = "auto"
-    # How a snapshot learns its binlog position: "status" reads MariaDB's lock-free
-    # Binlog_snapshot_file/position, "lock" takes a brief global read lock the way
-    # mysqldump --single-transaction --source-data does (MySQL 8; needs RELOAD and
-    # REPLICATION CLIENT), "auto" the first when the server has it.
-    snapshot_position: SnapshotPositionMode = "auto"
-
-    @property
-    def uses_tls(self) -> bool:
-        return self.tls or self.ca_file is not None or self.cert_file is not None
-
-
-@dataclass(frozen=True)
-class ConnectSettings:
-    """Kafka Connect's REST API, for the health of the connectors that feed the tables."""
-
-    url: str | None = None  # e.g. http://connect:8083; unset = not checked
-    connectors: tuple[str, ...] = ()  # the connectors to watch; empty = every one there
-    username: str | None = None  # basic auth, when the worker's REST API asks for it
-    password: Secret | None = None
-    ca_file: Path | None = None
-    verify_certs: bool = True
-    request_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
-
-
-@dataclass(frozen=True)
-class HealthSettings:
-    """What `indexer check` and `indexer status` count as unhealthy beyond errors."""
-
-    # Newest event in the tables' topics (or Debezium's heartbeat topic) older than this is a
-    # stall: the connector stopped, or the database is idle and sends no heartbeats. 0 = off.
-    max_source_age_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class CanarySettings:
-    """The end-to-end canary: `indexer run` changes one row per consumer group at an interval
-    in a table the connector captures, and consumes its change events like any other table's.
-    A connector that reads the binlog but emits nothing shows as canaries that never arrive."""
-
-    enabled: bool = True
-    # "<database>.<table>", created if absent; default: the first table's database.
-    table: str | None = None
-    topic: str | None = None  # default <topic_prefix>.<database>.<table>
-    alias: str = DEFAULT_CANARY_ALIAS
-    interval_s: float = DEFAULT_CANARY_INTERVAL_S
-    # No canary indexed for this long while a newer one was written: unhealthy.
-    max_age_s: float = DEFAULT_CANARY_MAX_AGE_S
-    # Where beats are written when [mysql] names a replica (default: [mysql]'s): the primary,
-    # so that they travel the replication the connector reads behind. Never into a replica:
-    # its own transactions there would be errant ones, refused at its next fail-over.
-    mysql_host: str | None = None
-    mysql_port: int | None = None
-
-
-@dataclass(frozen=True)
-class VerifySettings:
-    """Continuous verification inside `indexer run`: a rolling pass of chunk checksums over
-    every table within each period, and a quick pass over rows changed recently."""
-
-    enabled: bool = True
-    period_s: float = DEFAULT_VERIFY_PERIOD_S
-    # Share of wall time its queries may keep MySQL and the search server busy.
-    max_load_share: float = DEFAULT_VERIFY_LOAD_SHARE
-    repair: bool = False  # rewrite what differs from MySQL, as `reconcile --repair` does
-    settle_s: float = DEFAULT_VERIFY_SETTLE_S
-    recent_every_s: float = DEFAULT_VERIFY_RECENT_EVERY_S
-
-
-@dataclass(frozen=True)
-class BatchSettings:
-    max_events: int = DEFAULT_BATCH_EVENTS
-    max_bytes: int = DEFAULT_BATCH_BYTES
-    linger_ms: int = DEFAULT_LINGER_MS
-    max_linger_ms: int = DEFAULT_MAX_LINGER_MS  # = linger_ms: a fixed wait
-    target_events: int = DEFAULT_TARGET_EVENTS
-    in_flight: int = DEFAULT_IN_FLIGHT
-    max_backoff_s: float = DEFAULT_MAX_BACKOFF_S
-    shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
-
-
-@dataclass(frozen=True)
-class VersionSource:
-    """Where a document's external version comes from: binlog coordinates or a column."""
-
-    kind: Literal["binlog", "column"]
-    column: str | None = None
-
-    @classmethod
-    def parse(cls, text: str, where: str) -> VersionSource:
-        if text == "binlog":
-            return cls("binlog")
-        if text.startswith("column:"):
-            column = text.removeprefix("column:")
-            _check_identifier(column, where)
-            return cls("column", column)
-        raise ConfigError(f"{where}: expected 'binlog' or 'column:<name>', got {text!r}")
-
-
-@dataclass(frozen=True)
-class TableConfig:
-    database: str
-    table: str
-    topic: str
-    alias: str
-    mapping: str
-    version: VersionSource
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    rename: Mapping[str, str] = field(default_factory=dict)
-    # MySQL types of columns for messages without schemas; they override what MySQL's
-    # information_schema says (read at start-up and when the table's columns change).
-    column_types: Mapping[str, str] = field(default_factory=dict)
-    # What a new column does to the live mapping: "map" adds its generated field type there
-    # (before its first value arrives), "keep" leaves the mapping to the user.
-    new_columns: NewColumns = "map"
-    # The DATETIME/TIMESTAMP column that says when a row last changed, for verification's
-    # quick pass over recent rows; None: found in MySQL (ON UPDATE CURRENT_TIMESTAMP), "" off.
-    changed_column: str | None = None
-    # The canary's own table: its index mapping is built in, and it is no user's table.
-    canary: bool = False
-
-    @functools.cached_property
-    def name(self) -> str:
-        return f"{self.database}.{self.table}"
-
-
-@dataclass(frozen=True)
-class Config:
-    tables: tuple[TableConfig, ...]
-    kafka: KafkaSettings = KafkaSettings()
-    connector: ConnectorSettings = ConnectorSettings()
-    elasticsearch: ElasticsearchSettings = ElasticsearchSettings()
-    mysql: MySQLSettings = MySQLSettings()
-    batch: BatchSettings = BatchSettings()
-    connect: ConnectSettings = ConnectSettings()
-    health: HealthSettings = HealthSettings()
-    canary: CanarySettings = CanarySettings()
-    verify: VerifySettings = VerifySettings()
-    # The canary's table (None when the canary is off): consumed beside ``tables``.
-    canary_table: TableConfig | None = None
-    tombstone_retention_s: int = DEFAULT_TOMBSTONE_RETENTION_S
-    metrics_port: int = DEFAULT_METRICS_PORT
-    metrics_host: str = DEFAULT_METRICS_HOST
-    log_format: Literal["console", "json"] = "console"
-    log_level: str = DEFAULT_LOG_LEVEL
-
-    def secrets(self) -> Iterator[Secret]:
-        """Every secret in the settings: what logs and error lines must never show."""
-        for section in (self.kafka, self.elasticsearch, self.mysql, self.connect):
-            for f in fields(section):
-                value = getattr(section, f.name)
-                if isinstance(value, Secret):
-                    yield value
-
-    @property
-    def canary_mysql(self) -> MySQLSettings:
-        """The server the canary's beats are written into and read back from."""
-        return replace(self.mysql, host=self.canary.mysql_host or self.mysql.host,
-                       port=self.canary.mysql_port or self.mysql.port)
-
-    def table(self, name: str) -> TableConfig:
-        for table in self.tables:
-            if name in (table.name, table.table, table.alias):
-                return table
-        known = ", ".join(t.name for t in self.tables)
-        raise ConfigError(f"unknown table {name!r}; configured tables: {known}")
-
-    def table_for_topic(self) -> dict[str, TableConfig]:
-        return {t.topic: t for t in self.tables}
-
 
 def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> Config:
     """Reads the TOML file (if any), applies ``INDEXER_*`` overrides and validates."""
@@ -411,78 +104,46 @@ def _apply_table_environment(raw: dict[str, Any], name: str, key: str, value: st
 
 
 def build_config(raw: Mapping[str, Any], base_dir: Path) -> Config:
-    known = {"kafka", "connector", "elasticsearch", "mysql", "batch", "deletes", "metrics",
-             "logging", "tables", "connect", "health", "canary", "verify"}
     for key in raw:
-        if key not in known:
-            raise ConfigError(f"unknown section [{key}]; known: {', '.join(sorted(known))}")
-    connector = _section(ConnectorSettings, raw.get("connector", {}), "connector", base_dir)
-    elasticsearch = _section(ElasticsearchSettings, raw.get("elasticsearch", {}),
-                             "elasticsearch", base_dir)
-    _check_elasticsearch(elasticsearch)
-    kafka = _section(KafkaSettings, raw.get("kafka", {}), "kafka", base_dir)
-    _check_kafka(kafka)
-    mysql = _section(MySQLSettings, raw.get("mysql", {}), "mysql", base_dir)
-    batch = _section(BatchSettings, raw.get("batch", {}), "batch", base_dir)
-    connect = _section(ConnectSettings, raw.get("connect", {}), "connect", base_dir)
-    _check_connect(connect)
-    health = _section(HealthSettings, raw.get("health", {}), "health", base_dir)
-    if health.max_source_age_s < 0:
-        raise ConfigError("health.max_source_age_s must be 0 (off) or more")
+        if key not in SECTIONS and key != "tables":
+            known = sorted([*SECTIONS, "tables"])
+            raise ConfigError(f"unknown section [{key}]; known: {', '.join(known)}")
+    sections = {name: _section(cls, raw.get(name, {}), name, base_dir)
+                for name, cls in SECTIONS.items()}
+    tables_raw = raw.get("tables", [])
+    if not isinstance(tables_raw, list) or not tables_raw:
+        raise ConfigError("tables: at least one [[tables]] entry is required")
+    tables = tuple(_table(t, i, sections["connector"]) for i, t in enumerate(tables_raw))
+    canary_table = _canary_table(sections["canary"], tables, sections["connector"])
+    _check_unique(tables + ((canary_table,) if canary_table else ()))
+    return Config(tables=tables, canary_table=canary_table, **sections)
+
+
+def _check_batch(batch: BatchSettings) -> BatchSettings:
     for name in ("max_events", "max_bytes", "in_flight", "target_events"):
         if getattr(batch, name) < 1:
             raise ConfigError(f"batch.{name} must be at least 1")
     if batch.linger_ms < 0 or batch.max_linger_ms < batch.linger_ms:
         raise ConfigError("batch.linger_ms must be 0 or more, and batch.max_linger_ms at least "
                           "batch.linger_ms (equal: a fixed wait)")
-    tables_raw = raw.get("tables", [])
-    if not isinstance(tables_raw, list) or not tables_raw:
-        raise ConfigError("tables: at least one [[tables]] entry is required")
-    tables = tuple(_table(t, i, connector) for i, t in enumerate(tables_raw))
-    canary = _section(CanarySettings, raw.get("canary", {}), "canary", base_dir)
-    canary_table = _canary_table(canary, tables, connector)
-    _check_unique(tables + ((canary_table,) if canary_table else ()))
-    verify = _section(VerifySettings, raw.get("verify", {}), "verify", base_dir)
-    _check_verify(verify)
-    deletes = raw.get("deletes", {})
-    metrics = raw.get("metrics", {})
-    for key in metrics:
-        if key not in ("port", "host"):
-            raise ConfigError(f"metrics.{key}: unknown setting; known: host, port")
-    logging_raw = raw.get("logging", {})
-    log_format = str(logging_raw.get("format", "console"))
-    if log_format not in ("console", "json"):
-        raise ConfigError(f"logging.format: expected 'console' or 'json', got {log_format!r}")
-    log_level = str(logging_raw.get("level", DEFAULT_LOG_LEVEL)).upper()
-    if log_level not in LOG_LEVELS:
+    return batch
+
+
+def _check_health(health: HealthSettings) -> HealthSettings:
+    if health.max_source_age_s < 0:
+        raise ConfigError("health.max_source_age_s must be 0 (off) or more")
+    return health
+
+
+def _check_logging(logging: LoggingSettings) -> LoggingSettings:
+    level = logging.level.upper()
+    if level not in LOG_LEVELS:
         raise ConfigError(f"logging.level: expected one of {', '.join(LOG_LEVELS)}, "
-                          f"got {log_level!r}")
-    for key in logging_raw:
-        if key not in ("format", "level"):
-            raise ConfigError(f"logging.{key}: unknown setting; known: format, level")
-    return Config(
-        tables=tables,
-        kafka=kafka,
-        connector=connector,
-        elasticsearch=elasticsearch,
-        mysql=mysql,
-        batch=batch,
-        connect=connect,
-        health=health,
-        canary=canary,
-        verify=verify,
-        canary_table=canary_table,
-        tombstone_retention_s=_int(deletes.get("tombstone_retention_s",
-                                               DEFAULT_TOMBSTONE_RETENTION_S),
-                                   "deletes.tombstone_retention_s"),
-        metrics_port=_int(metrics.get("port", DEFAULT_METRICS_PORT), "metrics.port"),
-        metrics_host=str(metrics.get("host", DEFAULT_METRICS_HOST)),
-        log_format=log_format,  # type: ignore[arg-type]
-        log_level=log_level,
-    )
+                          f"got {level!r}")
+    return replace(logging, level=level)
 
 
-def _check_elasticsearch(es: ElasticsearchSettings) -> None:
+def _check_elasticsearch(es: ElasticsearchSettings) -> ElasticsearchSettings:
     if not es.hosts:
         raise ConfigError("elasticsearch.hosts: at least one host is required")
     for host in es.hosts:
@@ -512,25 +173,26 @@ def _check_elasticsearch(es: ElasticsearchSettings) -> None:
                           "elasticsearch.hosts uses https://")
     if es.key_file is not None and es.cert_file is None:
         raise ConfigError("elasticsearch.key_file is set without elasticsearch.cert_file")
+    return es
 
 
-def _check_connect(connect: ConnectSettings) -> None:
+def _check_connect(connect: ConnectSettings) -> ConnectSettings:
     if connect.url is None:
         set_ = [f.name for f in fields(connect) if f.name in ("connectors", "username", "ca_file")
                 and getattr(connect, f.name)]
         if set_:
             raise ConfigError(f"connect.{set_[0]} is set without connect.url")
-        return
+        return connect
     parts = urlsplit(connect.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"connect.url: {redact_url(connect.url)!r} is not an http:// or "
                           "https:// URL")
     if bool(connect.username) != bool(connect.password):
         raise ConfigError("connect: set both username and password (or password_file)")
+    return connect
 
 
-def _canary_table(canary: CanarySettings, tables: tuple[TableConfig, ...],
-                  connector: ConnectorSettings) -> TableConfig | None:
+def _check_canary(canary: CanarySettings) -> CanarySettings:
     if canary.interval_s <= 0:
         raise ConfigError("canary.interval_s must be more than 0")
     if canary.max_age_s < 2 * canary.interval_s:
@@ -539,6 +201,11 @@ def _canary_table(canary: CanarySettings, tables: tuple[TableConfig, ...],
     if not INDEX_NAME.match(canary.alias):
         raise ConfigError(f"canary.alias: {canary.alias!r} is not a valid index name "
                           "(lowercase letters, digits, '_', '-', '.')")
+    return canary
+
+
+def _canary_table(canary: CanarySettings, tables: tuple[TableConfig, ...],
+                  connector: ConnectorSettings) -> TableConfig | None:
     if not canary.enabled:
         return None
     name = canary.table or f"{tables[0].database}.{DEFAULT_CANARY_TABLE}"
@@ -555,7 +222,7 @@ def _canary_table(canary: CanarySettings, tables: tuple[TableConfig, ...],
                        changed_column="", canary=True)
 
 
-def _check_verify(verify: VerifySettings) -> None:
+def _check_verify(verify: VerifySettings) -> VerifySettings:
     for name in ("period_s", "recent_every_s"):
         if getattr(verify, name) <= 0:
             raise ConfigError(f"verify.{name} must be more than 0")
@@ -563,9 +230,10 @@ def _check_verify(verify: VerifySettings) -> None:
         raise ConfigError("verify.max_load_share must be more than 0 and at most 1")
     if verify.settle_s < 0:
         raise ConfigError("verify.settle_s must be 0 or more")
+    return verify
 
 
-def _check_kafka(kafka: KafkaSettings) -> None:
+def _check_kafka(kafka: KafkaSettings) -> KafkaSettings:
     if kafka.sasl:
         if kafka.sasl_mechanism == "OAUTHBEARER":
             if not kafka.sasl_oauth_token_provider:
@@ -584,6 +252,7 @@ def _check_kafka(kafka: KafkaSettings) -> None:
                           f"{kafka.security_protocol}; use SSL or SASL_SSL")
     if kafka.key_file is not None and kafka.cert_file is None:
         raise ConfigError("kafka.key_file is set without kafka.cert_file")
+    return kafka
 
 
 def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
@@ -636,7 +305,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         topic=str(raw.get("topic", f"{connector.topic_prefix}.{name}")),
         alias=alias,
         mapping=str(raw.get("mapping", f"{alias}.json")),
-        version=VersionSource.parse(str(raw.get("version", "binlog")), f"{where}.version"),
+        version=_version_source(str(raw.get("version", "binlog")), f"{where}.version"),
         include=include,
         exclude=exclude,
         rename=dict(rename),
@@ -670,17 +339,24 @@ def _names(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _version_source(text: str, where: str) -> VersionSource:
+    if text == "binlog":
+        return VersionSource("binlog")
+    if text.startswith("column:"):
+        column = text.removeprefix("column:")
+        _check_identifier(column, where)
+        return VersionSource("column", column)
+    raise ConfigError(f"{where}: expected 'binlog' or 'column:<name>', got {text!r}")
+
+
 def _check_identifier(value: str, where: str) -> None:
     if not IDENTIFIER.match(value):
         raise ConfigError(f"{where}: {value!r} is not a plain MySQL identifier "
                           "(letters, digits, '_' and '$', at most 64)")
 
 
-def _int(value: Any, where: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: expected an integer, got {value!r}") from exc
+def _same(section: Any) -> Any:
+    return section
 
 
 def _section(cls: type[Any], raw: Any, where: str, base_dir: Path) -> Any:
@@ -706,7 +382,7 @@ def _section(cls: type[Any], raw: Any, where: str, base_dir: Path) -> Any:
             values[key] = _coerce(value, hints[key], base_dir)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}.{key}: {exc}") from exc
-    return cls(**values)
+    return CHECKS.get(cls, _same)(cls(**values))
 
 
 def _read_secret(base_dir: Path, value: Any, where: str) -> Secret:
@@ -764,3 +440,19 @@ def _coerce(value: Any, hint: Any, base_dir: Path) -> Any:
     if hint is Secret:
         return value if isinstance(value, Secret) else Secret(str(value))
     return str(value)
+
+
+# Every section, with its check (each returns the section, normalised where it must be).
+SECTIONS: dict[str, type[Any]] = {
+    "kafka": KafkaSettings, "connector": ConnectorSettings,
+    "elasticsearch": ElasticsearchSettings, "mysql": MySQLSettings, "batch": BatchSettings,
+    "connect": ConnectSettings, "health": HealthSettings, "canary": CanarySettings,
+    "verify": VerifySettings, "deletes": DeletesSettings, "metrics": MetricsSettings,
+    "logging": LoggingSettings,
+}
+CHECKS: dict[type[Any], Callable[[Any], Any]] = {
+    ElasticsearchSettings: _check_elasticsearch, KafkaSettings: _check_kafka,
+    ConnectSettings: _check_connect, BatchSettings: _check_batch, HealthSettings: _check_health,
+    VerifySettings: _check_verify, LoggingSettings: _check_logging,
+    CanarySettings: _check_canary,
+}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from indexer.reconcile import Report
+from indexer.jobs.reconcile import Report
 
 COLOURS = {"missing": "#d62728", "extra": "#1f77b4", "stale": "#ff7f0e"}
 BAR_WIDTH, CHART_HEIGHT = 18, 160

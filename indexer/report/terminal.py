@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from indexer.reconcile import Report
+from indexer.jobs.reconcile import Report
 
 SHOWN_IDS = 10  # ids listed per kind; --format json has them all
 COLUMNS = ("table", "rows", "documents", "chunks", "differing", "missing", "extra", "stale",

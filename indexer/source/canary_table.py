@@ -20,10 +20,10 @@ from typing import Any
 
 import pymysql
 
-from indexer.canary import Beat
-from indexer.config import ConfigError, MySQLSettings, TableConfig
+from indexer.core.canary import Beat
 from indexer.metrics import Metrics
-from indexer.source.mysql import connect, quote
+from indexer.settings import ConfigError, MySQLSettings, TableConfig
+from indexer.source.mysql.connection import connect, quote
 
 log = logging.getLogger(__name__)
 

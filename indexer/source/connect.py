@@ -14,8 +14,8 @@ from typing import Any
 
 import aiohttp
 
-from indexer.config import ConnectSettings
 from indexer.security import redact_url, tls_context, tls_reason
+from indexer.settings import ConnectSettings
 
 
 class ConnectUnavailable(Exception):

@@ -20,9 +20,10 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 from aiokafka.structs import ConsumerRecord, TopicPartition
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
-from indexer.config import ConfigError, KafkaSettings
 from indexer.security import tls_context
+from indexer.settings import ConfigError, KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ RevokeHook = Callable[[set[TopicPartition]], Awaitable[None]]
 METADATA_MAX_AGE_MS = 30_000
 # How long the reader's fetch waits when there is nothing to read; bounds how late it stops.
 READ_POLL_MS = 500
+# A send Kafka refused is tried again after about this long, doubling up to the ceiling.
+RETRY_FIRST_WAIT_S = 0.1
 
 
 def client_security(settings: KafkaSettings) -> dict[str, Any]:
@@ -294,6 +297,16 @@ class Producer:
         assert self._producer is not None, "use the producer as an async context manager"
         await self._producer.send_and_wait(topic, value=value, key=key, headers=list(headers),
                                            partition=partition)
+
+    async def deliver(self, topic: str, key: bytes | None, value: bytes | None,
+                      headers: Sequence[tuple[str, bytes]], *, max_backoff_s: float) -> None:
+        """Sends until Kafka has it (the dead-letter topic must never lose a message): the
+        retry policy for Kafka, every failure tried again with growing waits."""
+        async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(Exception), stop=stop_never, reraise=True,
+                wait=wait_random_exponential(multiplier=RETRY_FIRST_WAIT_S, max=max_backoff_s)):
+            with attempt:
+                await self.send(topic, key, value, headers)
 
 
 async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:

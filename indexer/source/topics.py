@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from indexer.config import KafkaSettings
+from indexer.settings import KafkaSettings
 from indexer.source.kafka import client_security, partition_numbers, probe
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]

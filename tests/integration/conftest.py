@@ -25,12 +25,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from indexer.config import Config, ConfigError, build_config
-from indexer.daemon import Daemon
-from indexer.documents import META_FIELD
-from indexer.sink.search import SearchClient
-from indexer.source import mysql
+from indexer.config import build_config
+from indexer.core.documents import META_FIELD
+from indexer.jobs.daemon import Daemon
+from indexer.search.client import SearchClient
+from indexer.settings import Config, ConfigError
 from indexer.source.kafka import client_security
+from indexer.source.mysql import connection
 
 REPO = Path(__file__).parents[2]
 DATABASE = "indexer_test"
@@ -78,7 +79,7 @@ def unique(prefix: str) -> str:
 
 
 def mysql_connect() -> pymysql.connections.Connection[Any]:
-    return mysql.connect(STACK.mysql, DATABASE)
+    return connection.connect(STACK.mysql, DATABASE)
 
 
 @pytest.fixture(scope="session", autouse=True)

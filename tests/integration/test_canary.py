@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from indexer.canary import Beat
-from indexer.config import Config
-from indexer.health import canary_report, check_health
-from indexer.sink.search import SearchClient, quote
+from indexer.core.canary import Beat
+from indexer.jobs.health import canary_report, check_health
+from indexer.jobs.status import gather
+from indexer.search.client import SearchClient, quote
+from indexer.settings import Config
 from indexer.source.canary_table import read_beat
-from indexer.status import gather
 from tests.integration.conftest import (
     COLUMNS,
     caught_up,

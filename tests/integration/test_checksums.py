@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from indexer.checksums import double_text
+from indexer.core.checksums import double_text
 from tests.integration.conftest import sql
 
 pytestmark = pytest.mark.servers

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from indexer.sink.search import SearchClient
+from indexer.search.client import SearchClient
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
@@ -117,4 +117,4 @@ async def test_metrics_json_logs_replay_and_purge(
     purged = await indexer("tombstones", "purge", "-c", str(config_file))
     assert purged.returncode == 0 and "purged 1 tombstones" in purged.stderr
     assert "2" not in await raw_documents(es, table.alias)
-    assert config.metrics_port == port
+    assert config.metrics.port == port

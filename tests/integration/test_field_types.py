@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from indexer.reindex import reindex
-from indexer.sink.search import SearchClient
+from indexer.jobs.reindex import reindex
+from indexer.search.client import SearchClient
 from tests.integration.conftest import running, wait_for_documents, wait_for_topic
 from tests.integration.test_cli import indexer
 from tests.integration.test_types import (

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from indexer.sink.search import SearchClient
+from indexer.search.client import SearchClient
 from tests.integration.conftest import (
     COLUMNS,
     CONNECT,

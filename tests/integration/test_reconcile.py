@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 import pytest
 
-from indexer import reconcile as reconcile_module
-from indexer.reconcile import reconcile
-from indexer.sink.search import SearchClient
-from indexer.source import mysql
+from indexer.jobs import reconcile as reconcile_module
+from indexer.jobs.reconcile import reconcile
+from indexer.search.client import SearchClient
+from indexer.source.mysql import schema, snapshots
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
@@ -167,11 +167,11 @@ async def test_the_locked_snapshot_position_is_the_lock_free_one(
     # refuses, so SHOW MASTER STATUS) gives the position MariaDB reports lock-free.
     table = make_table(COLUMNS)
     config = make_config(table.entry())
-    layout = await asyncio.to_thread(mysql.read_layout, config.mysql, "indexer_test", table.name)
+    layout = await asyncio.to_thread(schema.read_layout, config.mysql, "indexer_test", table.name)
     positions = []
     for mode in ("status", "lock", "auto"):
         settings = dataclasses.replace(config.mysql, snapshot_position=mode)
-        snapshot = await asyncio.to_thread(mysql.Snapshot, settings, layout)
+        snapshot = await asyncio.to_thread(snapshots.Snapshot, settings, layout)
         positions.append((snapshot.position.file, snapshot.position.pos))
         snapshot.close()
     assert positions[0] == positions[1] == positions[2]
@@ -231,7 +231,7 @@ async def test_column_changes_are_seen_and_a_whole_table_repair_streams(
     # table streams it once instead of looking 3,000 ids up.
     sql(db, f"ALTER TABLE `{table.name}` DROP COLUMN qty, "
             "ADD COLUMN flag INT NOT NULL DEFAULT 1")
-    monkeypatch.setattr(mysql, "SCAN_ABOVE_IDS", 1000)
+    monkeypatch.setattr(snapshots, "SCAN_ABOVE_IDS", 1000)
     repaired = await reconcile(config, config.tables[0], repair=True, settle_s=0)
     assert repaired.clean and repaired.repaired == {
         "rewritten": 3000, "tombstoned": 0, "refused_as_newer": 0}

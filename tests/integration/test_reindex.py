@@ -15,12 +15,12 @@ from typing import Any
 import orjson
 import pytest
 
-from indexer.config import ConnectorSettings
-from indexer.documents import DocumentBuilder
-from indexer.events import EnvelopeDecoder
-from indexer.reindex import ReindexError, delete_old, reindex, rollback
-from indexer.sink.search import SearchClient
-from indexer.source import mysql
+from indexer.core.documents import DocumentBuilder
+from indexer.core.events import EnvelopeDecoder
+from indexer.jobs.reindex import ReindexError, delete_old, reindex, rollback
+from indexer.search.client import SearchClient
+from indexer.settings import ConnectorSettings
+from indexer.source.mysql import connection, schema, snapshots
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
@@ -137,10 +137,10 @@ async def test_reindex_and_stream_build_identical_documents_for_every_type(
         if change is not None and change.op != "d":
             write = builder.write_for_change(change)
             streamed[write.id] = write.source
-    conn = mysql.connect(config.mysql, "indexer_test")
-    layout = mysql.table_layout(conn, "indexer_test", table.name)
+    conn = connection.connect(config.mysql, "indexer_test")
+    layout = schema.table_layout(conn, "indexer_test", table.name)
     conn.close()
-    snapshot = mysql.Snapshot(config.mysql, layout)
+    snapshot = snapshots.Snapshot(config.mysql, layout)
     try:
         reindexed = {builder.write_for_row(key, row, 1).id: builder.write_for_row(key, row, 1)
                      .source for page in snapshot.rows() for key, row in page}

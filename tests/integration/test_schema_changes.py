@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from indexer.dlq import DeadLetter, ReplayFilter, replay
-from indexer.reconcile import reconcile
-from indexer.reindex import reindex
-from indexer.sink.search import SearchClient
+from indexer.jobs.dlq import DeadLetter, ReplayFilter, replay
+from indexer.jobs.reconcile import reconcile
+from indexer.jobs.reindex import reindex
+from indexer.search.client import SearchClient
 from tests.integration.conftest import (
     COLUMNS,
     caught_up,

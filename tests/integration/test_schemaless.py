@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from indexer.sink.search import SearchClient
+from indexer.search.client import SearchClient
 from tests.integration import conftest
 from tests.integration.conftest import (
     CONNECTOR,

@@ -16,11 +16,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from indexer.config import ConfigError, ElasticsearchSettings, MySQLSettings
+from indexer.search.client import SearchClient, auth_header
 from indexer.security import Secret
-from indexer.sink.search import SearchClient, auth_header
-from indexer.source import mysql
+from indexer.settings import ConfigError, ElasticsearchSettings, MySQLSettings
 from indexer.source.kafka import probe
+from indexer.source.mysql import connection
 from tests.integration.conftest import (
     COLUMNS,
     DATABASE,
@@ -197,7 +197,7 @@ async def test_each_sasl_mechanism_authenticates(mechanism: str) -> None:
 
 
 def test_mysql_connections_are_encrypted_and_the_account_requires_it() -> None:
-    conn = mysql.connect(STACK.mysql, DATABASE)
+    conn = connection.connect(STACK.mysql, DATABASE)
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW SESSION STATUS LIKE 'Ssl_version'")
@@ -208,7 +208,7 @@ def test_mysql_connections_are_encrypted_and_the_account_requires_it() -> None:
     plain = MySQLSettings(**{**{f.name: getattr(STACK.mysql, f.name)
                                 for f in dataclasses.fields(MySQLSettings)}, "ca_file": None})
     with pytest.raises(ConfigError, match=re.escape("mysql.tls = true")):
-        mysql.connect(plain, DATABASE)
+        connection.connect(plain, DATABASE)
 
 
 async def test_no_secret_shows_in_anything_a_run_writes(

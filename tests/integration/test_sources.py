@@ -25,13 +25,13 @@ import orjson
 import pymysql
 import pytest
 
-from indexer.config import Config, MySQLSettings
-from indexer.reconcile import reconcile
-from indexer.reindex import reindex
-from indexer.sink.search import SearchClient
-from indexer.sink.state import StateStore
-from indexer.source import mysql
+from indexer.jobs.reconcile import reconcile
+from indexer.jobs.reindex import reindex
+from indexer.search.client import SearchClient
+from indexer.search.state import StateStore
+from indexer.settings import Config, MySQLSettings
 from indexer.source.canary_table import read_beat
+from indexer.source.mysql import connection
 from tests.integration.conftest import (
     COLUMNS,
     KAFKA,
@@ -58,7 +58,7 @@ def stack(*args: str) -> None:
 
 
 def server(port: int) -> pymysql.connections.Connection[Any]:
-    return mysql.connect(MySQLSettings(port=port), DATABASE)
+    return connection.connect(MySQLSettings(port=port), DATABASE)
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def pair() -> Iterator[None]:
     primary's binlog is three files ahead, as a long-running primary's is."""
     stack("down", "failover-replica", "failover-primary")
     stack("up", "failover-primary", "failover-replica")
-    conn = mysql.connect(MySQLSettings(port=PRIMARY), "mysql")
+    conn = connection.connect(MySQLSettings(port=PRIMARY), "mysql")
     try:
         sql(conn, f"CREATE DATABASE {DATABASE}")
         sql(conn, f"CREATE TABLE {DATABASE}.items ({COLUMNS})")
@@ -196,14 +196,14 @@ async def writing(port: int, first_id: int, seconds: float) -> AsyncIterator[Non
 async def promote_replica() -> None:
     """Waits for the replica to have everything, then makes it the primary."""
     def gtid(port: int) -> str:
-        conn = mysql.connect(MySQLSettings(port=port), "mysql")
+        conn = connection.connect(MySQLSettings(port=port), "mysql")
         try:
             return str(sql(conn, "SELECT @@gtid_binlog_pos")[0][0])
         finally:
             conn.close()
 
     await wait_until(lambda: _true(gtid(REPLICA) == gtid(PRIMARY)), 60, "the replica")
-    conn = mysql.connect(MySQLSettings(port=REPLICA), "mysql")
+    conn = connection.connect(MySQLSettings(port=REPLICA), "mysql")
     try:
         sql(conn, "STOP SLAVE")
         sql(conn, "RESET SLAVE ALL")

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from indexer.sink.search import SearchClient, SearchError
+from indexer.search.client import SearchClient, SearchError
 from tests.integration.conftest import REPO, read_topic, sql, unique
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from indexer.sink.search import SearchClient
+from indexer.search.client import SearchClient
 from tests.integration.conftest import running, sql, wait_for_documents, wait_for_topic
 
 pytestmark = pytest.mark.servers

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from indexer.config import Config
-from indexer.health import check_health
-from indexer.sink.search import SearchClient
-from indexer.sink.state import StateStore
+from indexer.jobs.health import check_health
+from indexer.search.client import SearchClient
+from indexer.search.state import StateStore
+from indexer.settings import Config
 from tests.integration.conftest import (
     COLUMNS,
     CONNECT,

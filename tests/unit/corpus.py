@@ -14,13 +14,13 @@ from typing import Any
 
 import orjson
 
-from indexer import values
-from indexer.bulk import action_line
-from indexer.checksums import content_hash, double_text, hash_text
-from indexer.config import ConnectorSettings, TableConfig, VersionSource
-from indexer.documents import DocumentBuilder, document_id, pack_binlog_version
-from indexer.events import DecodeError, EnvelopeDecoder
-from indexer.sources import Epoch
+from indexer.core import values
+from indexer.core.bulk import action_line
+from indexer.core.checksums import content_hash, double_text, hash_text
+from indexer.core.documents import DocumentBuilder, document_id, pack_binlog_version
+from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.core.sources import Epoch
+from indexer.settings import ConnectorSettings, TableConfig, VersionSource
 
 FIXTURES = Path(__file__).parent / "fixtures"
 POISON: list[tuple[bytes | None, bytes | None]] = [

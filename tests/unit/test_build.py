@@ -24,8 +24,8 @@ def test_every_hot_path_module_exists_as_source() -> None:
 def test_the_build_says_what_runs() -> None:
     assert Build("1.0", (), ()).describe == "indexer 1.0 (pure Python)"
     assert Build("1.0", HOT_PATH, ()).describe == "indexer 1.0 (compiled with mypyc)"
-    partly = Build("1.0", ("indexer.values",), ("indexer.values",)).describe
-    assert "partly compiled with mypyc: indexer.values" in partly
+    partly = Build("1.0", ("indexer.core.values",), ("indexer.core.values",)).describe
+    assert "partly compiled with mypyc: indexer.core.values" in partly
     assert "STALE" in partly and "dev/venv.sh" in partly
 
 
@@ -47,7 +47,7 @@ def test_compiled_and_pure_python_produce_the_same_bytes(tmp_path: Path) -> None
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     script = Path(corpus.__file__)
     check = subprocess.run(
-        [sys.executable, "-c", "import indexer.events as e; print(e.__file__)"],
+        [sys.executable, "-c", "import indexer.core.events as e; print(e.__file__)"],
         env=env, cwd=tmp_path, capture_output=True, check=True)
     assert check.stdout.decode().strip() == str(pure / "events.py")
     run = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,

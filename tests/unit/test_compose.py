@@ -7,14 +7,14 @@ from urllib.parse import urlparse
 
 import yaml
 
-from indexer.config import (
+from indexer.config import load_config
+from indexer.settings import (
     DEFAULT_ES_HOSTS,
     DEFAULT_KAFKA_BOOTSTRAP,
     DEFAULT_METRICS_PORT,
     DEFAULT_MYSQL_PORT,
     DEFAULT_TOPIC_PREFIX,
     ConnectorSettings,
-    load_config,
 )
 
 REPO = Path(__file__).parents[2]

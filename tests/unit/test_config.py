@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.config import ConfigError, build_config, load_config
+from indexer.config import build_config, load_config
+from indexer.settings import ConfigError
 
 TABLE = {"name": "shop.items"}
 
@@ -80,10 +81,10 @@ def test_connect_and_health_settings(tmp_path: Path) -> None:
 
 
 def test_one_log_level_rule_for_every_command(tmp_path: Path) -> None:
-    assert build_config({"tables": [TABLE]}, tmp_path).log_level == "INFO"
+    assert build_config({"tables": [TABLE]}, tmp_path).logging.level == "INFO"
     path = tmp_path / "c.toml"
     path.write_text('[[tables]]\nname = "shop.items"\n')
-    assert load_config(path, {"INDEXER_LOGGING__LEVEL": "warning"}).log_level == "WARNING"
+    assert load_config(path, {"INDEXER_LOGGING__LEVEL": "warning"}).logging.level == "WARNING"
 
 
 def test_unknown_table_lookup(tmp_path: Path) -> None:
@@ -148,9 +149,9 @@ def test_table_settings_from_the_environment(tmp_path: Path) -> None:
 
 
 def test_metrics_listen_on_loopback_unless_told(tmp_path: Path) -> None:
-    assert build_config({"tables": [TABLE]}, tmp_path).metrics_host == "127.0.0.1"
+    assert build_config({"tables": [TABLE]}, tmp_path).metrics.host == "127.0.0.1"
     opened = build_config({"tables": [TABLE], "metrics": {"host": "0.0.0.0"}}, tmp_path)
-    assert opened.metrics_host == "0.0.0.0"
+    assert opened.metrics.host == "0.0.0.0"
 
 
 @pytest.mark.parametrize(("section", "values", "match"), [

@@ -2,7 +2,7 @@ import io
 
 from rich.console import Console
 
-from indexer.reconcile import Report
+from indexer.jobs.reconcile import Report
 from indexer.report import terminal
 
 

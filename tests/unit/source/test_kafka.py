@@ -3,7 +3,7 @@
 import pytest
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from indexer.config import KafkaSettings
+from indexer.settings import KafkaSettings
 from indexer.source.kafka import KafkaSource, Records
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)

@@ -1,7 +1,8 @@
 import itertools
 
-from indexer.source import mysql
-from indexer.source.mysql import Column, RowReader, TableLayout, open_slices
+from indexer.core.layout import Column, TableLayout
+from indexer.source.mysql import checksum_sql, value_sql
+from indexer.source.mysql.snapshots import RowReader, open_slices
 
 
 def test_open_slices_cover_everything_once() -> None:
@@ -53,15 +54,15 @@ def test_zero_dates_are_null_and_nulls_stay_null() -> None:
 def test_json_and_set_texts_follow_the_servers_rendering() -> None:
     doc = Column("doc", "json", "longtext", 0, 0)
     tags = Column("tags", "set", "set('a','b')", 0, 0)
-    assert mysql.text_sql(doc) == "JSON_COMPACT(`doc`)"
-    assert mysql.text_sql(doc, "mysql") == "CAST(`doc` AS CHAR)"  # MySQL 8 cannot compact
-    assert "'\",\"'" in mysql.text_sql(tags) and "'\", \"'" in mysql.text_sql(tags, "mysql")
+    assert value_sql.text_sql(doc) == "JSON_COMPACT(`doc`)"
+    assert value_sql.text_sql(doc, "mysql") == "CAST(`doc` AS CHAR)"  # MySQL 8 cannot compact
+    assert "'\",\"'" in value_sql.text_sql(tags) and "'\", \"'" in value_sql.text_sql(tags, "mysql")
 
 
 def test_the_row_checksum_sql_names_each_field_in_name_order() -> None:
-    name = mysql.Column("name", "varchar", "varchar(10)", 0, 0)
-    ratio = mysql.Column("ratio", "double", "double", 0, 0)
-    sql = mysql.hash_sql([("title", name), ("it's 50%", ratio)])
+    name = Column("name", "varchar", "varchar(10)", 0, 0)
+    ratio = Column("ratio", "double", "double", 0, 0)
+    sql = checksum_sql.hash_sql([("title", name), ("it's 50%", ratio)])
     # Queries are always formatted with arguments: '%' is written '%%'.
     assert sql == ("CRC32(CONCAT_WS('', CONCAT('#it\\'s 50%%=', CAST(`ratio` + 0e0 AS CHAR)), "
                    "CONCAT('#title=', `name`)))")

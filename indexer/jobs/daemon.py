@@ -1,0 +1,532 @@
+"""The run loop: Kafka batches -> documents -> bulk writes -> offsets, commit-after-success.
+
+Offsets advance only over messages whose every write was confirmed (written or found stale)
+or which went to the dead-letter topic. Batches are written concurrently (``in_flight``) but
+committed strictly in order, so a commit never covers a batch still being written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from indexer.build import current_build
+from indexer.core.canary import Beat
+from indexer.core.documents import DocumentBuilder
+from indexer.core.events import DecodeError, EnvelopeDecoder, LayoutChanged
+from indexer.core.ledger import OffsetLedger
+from indexer.core.linger import Linger
+from indexer.core.sources import EPOCH_ZERO
+from indexer.jobs.dlq import dead_letter_for
+from indexer.jobs.follower import Follower, NotFollowed, SwitchFound
+from indexer.jobs.schema_changes import SchemaWatch
+from indexer.jobs.verify import Verifier
+from indexer.metrics import Metrics
+from indexer.search.admin import ensure_table_index
+from indexer.search.retry import retrying
+from indexer.search.sink import MAPPING_CONFLICT, ElasticsearchSink, Op, Outcome
+from indexer.search.state import StateStore
+from indexer.settings import Config, TableConfig
+from indexer.source.canary_table import CanaryWriter, writer_name
+from indexer.source.kafka import KafkaSource, Producer, Records, RevokeHook
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_MS = 500  # how long an empty fetch waits; bounds how late stop() is noticed
+# Events decoded at a time (~1.5 ms of work) before yielding to the event loop. asyncio reads
+# at most 256 KiB from a socket per loop turn: longer slices stretch each 4 MiB Kafka fetch and
+# each bulk request over dozens of slices, and the pipeline runs dry (500 events per slice left
+# both cores idle a fifth of the time).
+DECODE_SLICE = 100
+
+
+class Source(Protocol):
+    """Where the records come from (:class:`~indexer.source.kafka.KafkaSource`)."""
+
+    async def fetch(self, max_records: int, timeout_ms: int) -> Records: ...
+    def assignment(self) -> set[TopicPartition]: ...
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+    def lag(self, tp: TopicPartition, next_offset: int) -> int | None: ...
+
+
+class Sink(Protocol):
+    """Where the writes go (:class:`~indexer.search.sink.ElasticsearchSink`): each op ends
+    WRITTEN, STALE or FAILED."""
+
+    async def write(self, ops: Sequence[Op]) -> None: ...
+
+
+class DeadLetters(Protocol):
+    """Where undeliverable messages go (:class:`~indexer.source.kafka.Producer`)."""
+
+    async def deliver(self, topic: str, key: bytes | None, value: bytes | None,
+                      headers: Sequence[tuple[str, bytes]], *, max_backoff_s: float) -> None: ...
+
+
+class Schemas(Protocol):
+    """What a new row layout does (:class:`~indexer.jobs.schema_changes.SchemaWatch`)."""
+
+    async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,
+                      change: LayoutChanged) -> None: ...
+
+
+@dataclass
+class Parts:
+    """What the loop works with, opened (and closed) together by a factory."""
+
+    source: Source
+    sink: Sink
+    dead_letters: DeadLetters
+    follower: Follower  # binlog-versioned tables' sources, stored in a state store
+    schemas: Schemas
+
+
+# (config, metrics, the tables' decoders, the rebalance hook) -> the parts, as a context.
+PartsFactory = Callable[[Config, Metrics, dict[str, "_Table"], RevokeHook],
+                        AbstractAsyncContextManager[Parts]]
+
+
+@dataclass(slots=True)
+class Message:
+    """One consumed message and what became of it."""
+
+    record: ConsumerRecord[bytes, bytes]
+    table: TableConfig
+    op: Op | None = None
+    op_kind: str = ""  # c/u/r/d, or "tombstone"
+    ts_ms: int = 0
+    error: tuple[str, str] | None = None  # (kind, reason) when it cannot be decoded
+
+
+@dataclass
+class Batch:
+    messages: list[Message] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    size: int = 0
+
+
+@dataclass
+class _Table:
+    config: TableConfig
+    decoder: EnvelopeDecoder
+    builder: DocumentBuilder
+
+
+class Daemon:
+    """The run loop over its parts: ``run()`` until ``stop()`` (or SIGTERM/SIGINT). The parts
+    come from ``parts`` (the real servers by default; a test gives others)."""
+
+    def __init__(self, config: Config, metrics: Metrics | None = None,
+                 parts: PartsFactory | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self._open_parts = parts or open_parts
+        self._canary = config.canary_table
+        self._tables = {
+            t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types,
+                                               watch_layouts=True),
+                            DocumentBuilder(t, config.mysql.server))
+            for t in (*config.tables, *((self._canary,) if self._canary else ()))
+        }
+        batch = config.batch
+        self._linger = Linger(batch.linger_ms, batch.max_linger_ms,
+                              min(batch.target_events, batch.max_events))
+        self._stopping = asyncio.Event()
+        self._ledger: OffsetLedger[TopicPartition, asyncio.Task[None]] = OffsetLedger()
+        self._parts: Parts | None = None  # while run() runs
+        self._saving: asyncio.Task[None] | None = None
+        self._committing: asyncio.Task[None] | None = None
+        self.started = asyncio.Event()
+
+    def stop(self) -> None:
+        """Asks the loop to finish: in-flight batches get ``shutdown_grace_s`` to complete."""
+        self._stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    async def run(self) -> None:
+        cfg = self.config
+        async with self._open_parts(cfg, self.metrics, self._tables, self._on_revoked) as parts:
+            self._parts = parts
+            log.info("indexer running: %d tables, group %s; %s", len(cfg.tables),
+                     cfg.kafka.group_id, current_build().describe)
+            self.started.set()
+            try:
+                await self._loop()
+            finally:
+                await self._shutdown()
+                self._parts = None
+        log.info("indexer stopped")
+
+    @property
+    def _p(self) -> Parts:
+        assert self._parts is not None, "the parts exist while run() runs"
+        return self._parts
+
+    async def _loop(self) -> None:
+        while not self._stopping.is_set():
+            await self._commit_done()
+            oldest = self._ledger.oldest
+            if oldest is not None and len(self._ledger) >= self.config.batch.in_flight:
+                await self._wait_for(oldest)
+                continue
+            batch = await self._next_batch()
+            if batch.messages:
+                task = asyncio.create_task(self._process(batch))
+                self._ledger.add(task, batch.offsets)
+                task.add_done_callback(self._finished)
+
+    async def _wait_for(self, task: asyncio.Task[None]) -> None:
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+
+    async def _next_batch(self) -> Batch:
+        """Fills a batch up to max events/bytes, waiting for more once it has one as long as
+        :class:`Linger` says for the rate seen."""
+        source = self._p.source
+        limits = self.config.batch
+        batch = Batch()
+        records = await source.fetch(min(limits.max_events, DECODE_SLICE), IDLE_POLL_MS)
+        deadline = time.monotonic() + self._linger.wait_ms() / 1000
+        while records:
+            await self._add(batch, records)
+            room = limits.max_events - len(batch.messages)
+            if room <= 0 or batch.size >= limits.max_bytes or self._stopping.is_set():
+                break
+            # Records already fetched are taken at once; the linger bounds only the wait.
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            records = await source.fetch(min(room, DECODE_SLICE), max(0, remaining_ms))
+        # A rebalance during the linger may have taken partitions away: leave their messages
+        # to the new owner, who reads them from the last commit.
+        assigned = source.assignment()
+        if any(tp not in assigned for tp in batch.offsets):
+            batch.messages = [m for m in batch.messages if _tp(m.record) in assigned]
+            batch.offsets = {tp: o for tp, o in batch.offsets.items() if tp in assigned}
+        if batch.messages:
+            self._linger.closed(len(batch.messages), time.monotonic())
+        return batch
+
+    async def _add(self, batch: Batch, records: Records) -> None:
+        for tp, messages in records.items():
+            for record in messages:
+                try:
+                    message = self._prepare(record)
+                except (SwitchFound, NotFollowed, LayoutChanged) as needed:
+                    message = await self._prepare_after_io(record, needed)
+                batch.messages.append(message)
+                batch.size += record.serialized_value_size + record.serialized_key_size
+            if messages:
+                batch.offsets[tp] = messages[-1].offset + 1
+        await asyncio.sleep(0)  # let the bulks in flight send and settle between slices
+
+    async def _prepare_after_io(self, record: ConsumerRecord[bytes, bytes],
+                                needed: SwitchFound | NotFollowed | LayoutChanged) -> Message:
+        """Prepares a record that needs I/O first, all rare: a new row layout (the table is
+        read again), the first record of a partition (its cursor is loaded) or a switch (its
+        epoch is stored)."""
+        for _ in range(4):  # a partition's first record may also be a switch, or a new layout
+            if isinstance(needed, LayoutChanged):
+                table = self._tables[record.topic]
+                await self._p.schemas.changed(table.config, table.decoder, needed)
+            else:
+                await self._follow(needed)
+            try:
+                return self._prepare(record)
+            except (SwitchFound, NotFollowed, LayoutChanged) as again:
+                needed = again
+        raise RuntimeError(f"{record.topic}[{record.partition}]@{record.offset}: could not "
+                           f"be prepared ({needed!r})")
+
+    async def _follow(self, needed: SwitchFound | NotFollowed) -> None:
+        follower = self._p.follower
+        # Stored in the search server: retried like a bulk while it is away.
+        async for attempt in retrying(
+                self.config.batch.max_backoff_s,
+                before_sleep=lambda s: log.warning("cannot store a source cursor or epoch yet "
+                                                   "(%s); retrying", s.outcome and
+                                                   s.outcome.exception())):
+            with attempt:
+                if isinstance(needed, NotFollowed):
+                    await follower.follow(needed)
+                else:
+                    await follower.enter(needed)
+
+    def _prepare(self, record: ConsumerRecord[bytes, bytes]) -> Message:
+        table = self._tables[record.topic]
+        message = Message(record, table.config)
+        try:
+            change = table.decoder.decode(record.key, record.value)
+            if change is None:
+                message.op_kind = "tombstone"
+                return message
+            message.op_kind = change.op
+            message.ts_ms = change.position.ts_ms
+            epoch = EPOCH_ZERO
+            if table.builder.binlog_versions:
+                epoch = self._p.follower.epoch(table.config, record, change.position)
+            message.op = Op(table.config.alias, table.builder.write_for_change(change, epoch))
+        except (SwitchFound, NotFollowed, LayoutChanged):
+            raise
+        except DecodeError as exc:
+            message.error = (exc.kind, exc.reason)
+        except Exception as exc:  # a bug must not lose the message either
+            log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition,
+                          record.offset)
+            message.error = ("internal-error", f"{type(exc).__name__}: {exc}")
+        return message
+
+    async def _process(self, batch: Batch) -> None:
+        sink = self._p.sink
+        # Only the highest version per document can win; the rest are stale already.
+        latest: dict[tuple[str, str], Op] = {}
+        for message in batch.messages:
+            op = message.op
+            if op is None:
+                continue
+            key = (op.alias, op.write.id)
+            current = latest.get(key)
+            if current is None or op.write.version > current.write.version:
+                if current is not None:
+                    current.outcome = Outcome.STALE
+                latest[key] = op
+            else:
+                op.outcome = Outcome.STALE
+        if latest:
+            await sink.write(list(latest.values()))
+        await self._dead_letter(batch)
+        self._count(batch)
+
+    async def _dead_letter(self, batch: Batch) -> None:
+        producer = self._p.dead_letters
+        topic = self.config.kafka.dead_letter_topic
+        for message in batch.messages:
+            error = message.error
+            attempts = 1
+            if message.op is not None and message.op.outcome is Outcome.FAILED:
+                error = (message.op.error_kind, message.op.error_reason)
+                attempts = message.op.attempts
+            if error is None:
+                continue
+            record = message.record
+            if error[0] == MAPPING_CONFLICT:
+                error = (error[0], f"{error[1]}; {mapping_hint(message.table)}")
+            letter = dead_letter_for(record, error[0], error[1], attempts)
+            log.error("dead-lettering %s[%d]@%d: %s: %s", record.topic, record.partition,
+                      record.offset, error[0], error[1])
+            await producer.deliver(topic, record.key, record.value,
+                                   list(record.headers) + letter.headers(),
+                                   max_backoff_s=self.config.batch.max_backoff_s)
+            self.metrics.dead_lettered.labels(message.table.name, error[0]).inc()
+
+    def _count(self, batch: Batch) -> None:
+        """Metrics for a written batch, counted locally first: labels() is not cheap."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for message in batch.messages:
+            op = message.op
+            outcome = ""  # dead letters are counted where they are sent
+            if op is None:
+                outcome = "skipped" if message.op_kind == "tombstone" else ""
+            elif op.outcome is Outcome.WRITTEN:
+                outcome = "deleted" if op.write.deleted else "indexed"
+                if message.table is self._canary and not op.write.deleted:
+                    beat = Beat.from_document(op.write.source)
+                    if beat is not None:
+                        self.metrics.canary_indexed(beat.beat_ms)
+            elif op.outcome is Outcome.STALE:
+                outcome = "stale"
+            key = (message.table.name, message.op_kind or "invalid", outcome)
+            counts[key] = counts.get(key, 0) + 1
+        m = self.metrics
+        results = {"skipped": m.skipped, "deleted": m.deleted, "indexed": m.indexed,
+                   "stale": m.stale}
+        for (table, op_kind, outcome), n in counts.items():
+            m.events.labels(table, op_kind).inc(n)
+            if outcome:
+                results[outcome].labels(table).inc(n)
+        # Per partition, messages come in commit order: the first is the oldest change.
+        oldest: dict[str, int] = {}
+        newest: dict[str, int] = {}
+        for first, last in _ends_per_partition(batch.messages):
+            table = first.table.name
+            if first.ts_ms:
+                oldest[table] = min(oldest.get(table, first.ts_ms), first.ts_ms)
+            if last.ts_ms:
+                newest[table] = max(newest.get(table, 0), last.ts_ms)
+        now_ms = time.time() * 1000
+        for table, ts in oldest.items():
+            m.event_age.labels(table).observe(max(0.0, (now_ms - ts) / 1000))
+        for table, ts in newest.items():
+            m.written_up_to(table, ts)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        """A batch's task ended: the ledger hands the batches done at its head to the commit,
+        in order; a fatal error (transient ones are retried inside) lets nothing at or after
+        its batch be committed, and the loop raises it, which stops the daemon."""
+        error = asyncio.CancelledError() if task.cancelled() else task.exception()
+        self._ledger.finish(task, error)
+        self._advance()
+
+    def _advance(self) -> None:
+        """Sends what the ledger has ready, one commit request at a time in the background:
+        offsets committed without waiting for the loop (which may be waiting for new
+        messages); those completed meanwhile go into the next request, sent when it ends."""
+        if self._committing is None or self._committing.done():
+            offsets = self._ledger.take()
+            if offsets:
+                self._committing = asyncio.create_task(self._commit(offsets))
+
+    async def _commit_done(self, *, wait: bool = False) -> None:
+        """Commits what has completed; ``wait`` sends everything completed and waits for it
+        (shutdown, rebalance). Raises the failure of a batch, if any."""
+        self._advance()
+        while wait and self._committing is not None and not self._committing.done():
+            await self._committing
+            self._advance()
+        if self._ledger.failure is not None:
+            raise self._ledger.failure
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        source = self._p.source
+        try:
+            await source.commit(offsets)
+        except Exception as exc:
+            # Uncommitted work is read again after a restart or rebalance: duplicates, no loss.
+            log.warning("offset commit failed (%s); the messages will be read again", exc)
+            return
+        finally:
+            self._committing = None
+            self._advance()  # what completed during this request
+        self.metrics.committed.inc()
+        for tp, offset in offsets.items():
+            lag = source.lag(tp, offset)
+            if lag is not None:
+                self.metrics.lag.labels(tp.topic, str(tp.partition)).set(lag)
+        if self._saving is None or self._saving.done():  # beside the commits, never before
+            self._saving = asyncio.create_task(self._save_cursors())
+
+    async def _save_cursors(self, *, force: bool = False) -> None:
+        """Stores where each followed partition's source stands (every few seconds)."""
+        if self._parts is None:
+            return
+        try:
+            await self._parts.follower.save(force=force)
+        except Exception as exc:  # the next save catches up; a lost one costs nothing
+            log.warning("could not save the source cursors (%s: %s)", type(exc).__name__, exc)
+
+    async def _drain(self, grace_s: float) -> None:
+        """Waits for in-flight batches (abandoning them after ``grace_s``) and commits the
+        completed prefix."""
+        tasks = self._ledger.in_flight()
+        if tasks and self._ledger.failure is None:
+            await asyncio.wait(tasks, timeout=grace_s)
+        with contextlib.suppress(Exception):  # a failure is kept in the ledger
+            await self._commit_done(wait=True)
+        if len(self._ledger):
+            log.warning("abandoning %d unfinished batches; they will be read again",
+                        len(self._ledger))
+            abandoned = self._ledger.abandon()  # first: a cancelled batch is no failure here
+            for task in abandoned:
+                task.cancel()
+            for task in abandoned:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._drain(self.config.batch.shutdown_grace_s)
+        await self._save_cursors(force=True)  # the next owner follows on from here
+        if self._parts is not None:
+            for tp in revoked:
+                self._parts.follower.forget(tp.topic, tp.partition)
+
+    async def _shutdown(self) -> None:
+        await self._drain(self.config.batch.shutdown_grace_s)
+        if self._saving is not None:
+            await self._saving
+        await self._save_cursors(force=True)
+        if self._ledger.failure is not None:
+            raise self._ledger.failure
+
+
+@contextlib.asynccontextmanager
+async def open_parts(cfg: Config, metrics: Metrics, tables: dict[str, _Table],
+                     on_revoked: RevokeHook) -> AsyncIterator[Parts]:
+    """The real parts: the search server's sink, the dead-letter producer, the follower and
+    the schema watch on the search server's state, every table's index created if absent,
+    the Kafka source, and beside them the canary's writer and continuous verification."""
+    async with (
+        ElasticsearchSink(cfg.elasticsearch, metrics, max_backoff_s=cfg.batch.max_backoff_s)
+        as sink,
+        Producer(cfg.kafka) as producer,
+    ):
+        follower = Follower(StateStore(sink.client), metrics)
+        schemas = SchemaWatch(cfg, sink.client, metrics)
+        for table in tables.values():
+            await ensure_table_index(sink.client, cfg, table.config)
+            if table.builder.binlog_versions:
+                await follower.load(table.config)
+        await asyncio.gather(*(schemas.start(t.config, t.decoder)
+                               for t in tables.values() if not t.config.canary))
+        async with (
+            KafkaSource(cfg.kafka, list(tables), on_revoked) as source,
+            contextlib.AsyncExitStack() as checks,
+        ):
+            await _start_checks(cfg, metrics, checks, source)
+            yield Parts(source, sink, producer, follower, schemas)
+
+
+async def _start_checks(cfg: Config, metrics: Metrics, checks: contextlib.AsyncExitStack,
+                        source: KafkaSource) -> None:
+    """The canary's writer and continuous verification, beside the loop. Each table is looked
+    after by the member that consumes its topic's first partition, so the work is done once
+    per group and moves with the partitions."""
+
+    def owns(topic: str) -> bool:
+        return TopicPartition(topic, 0) in source.assignment()
+
+    if cfg.canary_table is not None:
+        canary = cfg.canary_table
+        metrics.canary_from(int(time.time() * 1000))
+        await checks.enter_async_context(CanaryWriter(
+            cfg.canary_mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
+            cfg.canary.interval_s, lambda: owns(canary.topic), metrics))
+    if cfg.verify.enabled:
+        await checks.enter_async_context(Verifier(cfg, metrics, lambda table: owns(table.topic)))
+
+
+def mapping_hint(table: TableConfig) -> str:
+    return (f"the mapping refuses the document: `indexer mappings validate` names the fields, "
+            f"`indexer mappings generate {table.table} --write` makes one that fits the table, "
+            f"`indexer reindex {table.table}` applies it, then `indexer dlq replay --table "
+            f"{table.table}`")
+
+
+def _ends_per_partition(messages: list[Message]) -> list[tuple[Message, Message]]:
+    """(first, last) message of each partition in a batch."""
+    ends: dict[tuple[str, int], list[Message]] = {}
+    for message in messages:
+        record = message.record
+        pair = ends.get((record.topic, record.partition))
+        if pair is None:
+            ends[record.topic, record.partition] = [message, message]
+        else:
+            pair[1] = message
+    return [(first, last) for first, last in ends.values()]
+
+
+def _tp(record: ConsumerRecord[bytes, bytes]) -> TopicPartition:
+    return TopicPartition(record.topic, record.partition)

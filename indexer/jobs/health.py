@@ -1,0 +1,196 @@
+"""`indexer check`: can the daemon do its job right now?"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pymysql
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from indexer.core import canary
+from indexer.core.canary import Beat, Sighting
+from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.jobs.verify import record_problems
+from indexer.search.admin import alias_state
+from indexer.search.client import (
+    SearchClient,
+    SearchError,
+    SearchUnavailable,
+    TransportError,
+    quote,
+)
+from indexer.search.state import StateStore
+from indexer.security import redact_url
+from indexer.settings import Config, ConfigError, TableConfig
+from indexer.source.canary_table import read_beat
+from indexer.source.connect import (
+    ConnectClient,
+    ConnectorState,
+    ConnectUnavailable,
+    connector_problems,
+)
+from indexer.source.kafka import KafkaUnavailable, client_security, probe
+from indexer.source.topics import TopicReader, age_s
+
+HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's heartbeat.topics.prefix default
+# Records read back from the canary topic's end for the group's newest beat: other groups'
+# beats share the topic, one every few seconds each.
+CANARY_SCAN = 500
+
+
+async def check_health(config: Config) -> list[str]:
+    """Problems found (empty when healthy). Settings the servers refuse (credentials, TLS, an
+    unsupported server) raise ConfigError instead: they are errors, not ill health."""
+    problems: list[str] = []
+    try:
+        async with SearchClient(config.elasticsearch) as client:
+            health = await client.health()
+            if health.get("status") == "red":
+                problems.append(f"search server ({client.server}): cluster status red")
+            store = StateStore(client)
+            for table in config.tables:
+                state = await alias_state(client, table.alias)
+                if not state.live:
+                    problems.append(f"{table.name}: no index behind alias {table.alias!r} "
+                                    "(run `indexer mappings apply`)")
+                if table.version.kind == "binlog":
+                    for switch in (await store.load(table.alias)).unacknowledged:
+                        problems.append(
+                            f"{table.name}: source switch at {switch['at']} ({switch['where']}): "
+                            f"{switch['reason']}; now in version epoch {switch['epoch']}. Check "
+                            f"with `indexer reconcile {table.table}`, then `indexer source ack "
+                            f"{table.table}`")
+                problems += record_problems(table, await store.verification(table.alias),
+                                            config.verify)
+    except SearchUnavailable as exc:
+        problems.append(str(exc))
+    except (SearchError, TransportError) as exc:
+        problems.append(f"search server: {exc}")
+    try:
+        await probe(config.kafka)
+    except KafkaUnavailable as exc:
+        return [*problems, str(exc)]
+    admin = AIOKafkaAdminClient(bootstrap_servers=config.kafka.bootstrap_servers,
+                                request_timeout_ms=5000, **client_security(config.kafka))
+    try:
+        await admin.start()
+        topics = set(await admin.list_topics())
+        for table in config.tables:
+            if table.topic not in topics:
+                problems.append(f"{table.name}: topic {table.topic!r} does not exist yet")
+    except Exception as exc:
+        problems.append(f"kafka: {type(exc).__name__}: {exc}")
+    finally:
+        await admin.close()
+    return (problems + await connect_problems(config) + await stall_problems(config)
+            + (await canary_report(config))[1])
+
+
+async def connect_problems(config: Config) -> list[str]:
+    return (await connectors(config))[1]
+
+
+async def connectors(config: Config) -> tuple[list[ConnectorState], list[str]]:
+    """The watched connectors' states, and those not RUNNING as problems (with ``[connect]``
+    set; nothing without it)."""
+    settings = config.connect
+    if settings.url is None:
+        return [], []
+    try:
+        async with ConnectClient(settings) as connect:
+            states = await connect.states()
+    except ConnectUnavailable as exc:
+        return [], [str(exc)]
+    watched = [s for s in states if not settings.connectors or s.name in settings.connectors]
+    return watched, connector_problems(settings.url, states, settings.connectors)
+
+
+def heartbeat_topic(config: Config) -> str:
+    return f"{HEARTBEAT_PREFIX}.{config.connector.topic_prefix}"
+
+
+async def stall_problems(config: Config) -> list[str]:
+    """With ``health.max_source_age_s``: the newest event in the tables' topics (and
+    Debezium's heartbeat topic) is older than that. Seen without Kafka Connect's API."""
+    bound = config.health.max_source_age_s
+    if not bound:
+        return []
+    topics = [t.topic for t in config.tables] + [heartbeat_topic(config)]
+    async with TopicReader(config.kafka) as reader:
+        ages = [age_s(r) for topic in topics if (r := await reader.newest(topic)) is not None]
+    if ages and min(ages) <= bound:
+        return []
+    newest = f"is {min(ages):,.0f} s old" if ages else "does not exist"
+    hint = "" if config.connect.url else " (set [connect] to check it)"
+    return [f"no source event for longer than health.max_source_age_s ({bound:g} s): the "
+            f"newest event in the tables' topics and {heartbeat_topic(config)} {newest}. Is "
+            f"the connector running{hint}? A quiet database looks the same unless the "
+            "connector sends heartbeats (heartbeat.interval.ms, heartbeat.action.query)"]
+
+
+async def canary_report(config: Config) -> tuple[dict[str, Any] | None, list[str]]:
+    """Where the group's newest canary beat is (MySQL, Kafka, the index) and what that says
+    is wrong; (None, []) with the canary off."""
+    table = config.canary_table
+    if table is None:
+        return None, []
+    group = config.kafka.group_id
+    now_ms = int(time.time() * 1000)
+    try:
+        written, primary = await asyncio.to_thread(read_beat, config.canary_mysql, table, group)
+    except (ConfigError, pymysql.err.MySQLError, OSError) as exc:
+        return None, [f"canary {table.name}: cannot read it from MySQL ({exc})"]
+    # A server that is away is reported on its own; the canary says what the others show.
+    indexed, index_read = None, True
+    try:
+        async with SearchClient(config.elasticsearch) as client:
+            found = await client.request("GET", f"/{table.alias}/_doc/{quote(group)}",
+                                         ok=(404,))
+        source = found.get("_source") if found and found.get("found") else None
+        if isinstance(source, dict) and "seq" in source:
+            indexed = Beat.from_row(source)
+    except (SearchUnavailable, SearchError, TransportError):
+        index_read = False
+    in_kafka, heartbeat, kafka_read = None, None, True
+    try:
+        async with TopicReader(config.kafka) as reader:
+            in_kafka = await _newest_beat(reader, config, table)
+            heartbeat = await reader.newest(heartbeat_topic(config))
+    except (KafkaUnavailable, KafkaError, OSError):
+        kafka_read = False
+    seen = Sighting(written, in_kafka, indexed, age_s(heartbeat) if heartbeat else None,
+                    kafka_read, index_read)
+    hint = ""
+    if config.connect.url:
+        hint = (f" (curl -X POST '{redact_url(config.connect.url).rstrip('/')}/connectors/"
+                "<name>/restart?includeTasks=true')")
+    problems = canary.problems(config.canary, table, group, seen, now_ms, hint)
+    if primary is not None:
+        mysql = config.canary_mysql
+        problems.insert(0, f"canary {table.name}: no beat is written into {mysql.host}:"
+                           f"{mysql.port}, a replica of {primary}; set [canary] mysql_host and "
+                           "mysql_port to the primary")
+    return seen.as_json(now_ms), problems
+
+
+async def _newest_beat(reader: TopicReader, config: Config, table: TableConfig) -> Beat | None:
+    decoder = EnvelopeDecoder(config.connector, table.column_types)
+    group = config.kafka.group_id
+    newest: Beat | None = None
+    for tp in await reader.partitions(table.topic):
+        for record in (await reader.scan_back(tp, lambda r: r.value is not None,
+                                              limit=CANARY_SCAN, budget=CANARY_SCAN))[0]:
+            try:
+                change = decoder.decode(record.key, record.value)
+            except DecodeError:
+                continue
+            if change is None or change.after is None or change.key.get("group_id") != group:
+                continue
+            beat = Beat.from_row(change.after)
+            if newest is None or beat.seq > newest.seq:
+                newest = beat
+            break  # newest first: the rest of this partition is older
+    return newest

@@ -1,0 +1,121 @@
+"""The daemon's side of table changes.
+
+A row of a layout the decoder has not accepted (:class:`~indexer.core.events.LayoutChanged`: a
+column added, dropped, renamed or retyped) stops its slice of the batch before it is decoded.
+Here it is logged once and counted; the table's column types are read again from MySQL's
+information_schema (messages without schemas are decoded with them); with
+``new_columns = "map"`` each new field gets its generated type in every index behind the sync
+alias, before its first value is written. Then the decoder accepts the layout and the message
+is decoded again. Values the mapping still refuses are dead-lettered as ``mapping-conflict``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pymysql
+
+from indexer.core import field_types
+from indexer.core.documents import DocumentBuilder
+from indexer.core.events import (
+    EnvelopeDecoder,
+    LayoutChanged,
+    column_hint,
+    describe_change,
+    layout_changes,
+)
+from indexer.core.layout import Column, TableLayout
+from indexer.core.mappings import sync_alias
+from indexer.metrics import Metrics
+from indexer.search import admin
+from indexer.search.client import SearchClient, SearchError
+from indexer.search.retry import retrying
+from indexer.settings import Config, ConfigError, TableConfig
+from indexer.source.mysql import schema
+
+log = logging.getLogger(__name__)
+
+
+class SchemaWatch:
+    def __init__(self, config: Config, client: SearchClient, metrics: Metrics) -> None:
+        self._config = config
+        self._client = client
+        self._metrics = metrics
+        self._capabilities: field_types.Capabilities | None = None  # probed once, if needed
+        self._unreadable: set[str] = set()  # tables whose columns could not be read
+
+    async def start(self, table: TableConfig, decoder: EnvelopeDecoder) -> None:
+        """Column types from MySQL for messages without schemas (or hints only, said once)."""
+        layout = await self._read(table)
+        if layout is not None:
+            decoder.learn_types(column_hints(layout))
+
+    async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,
+                      change: LayoutChanged) -> None:
+        log.warning("table %s: the rows' layout changed (%s): %s", table.name,
+                    "names of the fields without schemas" if change.schemaless
+                    else "Debezium's schema", describe_change(change.previous, change.current))
+        self._metrics.layout_changes.labels(table.name).inc()
+        layout = await self._read(table)
+        if layout is not None:
+            decoder.learn_types(column_hints(layout))
+            if table.new_columns == "map":
+                await self._map_new_fields(table, change, layout)
+        decoder.accept(change.current)
+
+    async def _read(self, table: TableConfig) -> TableLayout | None:
+        try:
+            layout = await asyncio.to_thread(schema.read_layout, self._config.mysql,
+                                             table.database, table.table)
+        except (ConfigError, LookupError, pymysql.err.MySQLError, OSError) as exc:
+            if table.name not in self._unreadable:
+                log.warning("table %s: cannot read its columns from MySQL (%s): messages "
+                            "without schemas are decoded with column_types hints only, and "
+                            "new columns are left to the mapping", table.name, exc)
+            self._unreadable.add(table.name)
+            return None
+        self._unreadable.discard(table.name)
+        return layout
+
+    async def _map_new_fields(self, table: TableConfig, change: LayoutChanged,
+                              layout: TableLayout) -> None:
+        added, _, _ = layout_changes(change.previous, change.current)
+        names = DocumentBuilder(table).field_names(added)
+        columns = {c.name: c for c in layout.columns}
+        wanted = {field: columns[column] for column, field in names.items() if column in columns}
+        if not wanted:
+            return
+        try:
+            # While the search server is away, as a bulk would: the fields must exist first.
+            async for attempt in retrying(self._config.batch.max_backoff_s):
+                with attempt:
+                    await self._put_fields(table, wanted)
+        except SearchError as exc:
+            log.warning("table %s: could not map the new fields %s (%s); documents the "
+                        "mapping refuses are dead-lettered as mapping-conflict", table.name,
+                        ", ".join(sorted(wanted)), exc)
+
+
+    async def _put_fields(self, table: TableConfig, wanted: dict[str, Column]) -> None:
+        mappings = await self._client.request("GET", f"/{sync_alias(table.alias)}/_mapping")
+        if self._capabilities is None:
+            self._capabilities = await admin.field_capabilities(self._client, table.alias)
+        for index, body in mappings.items():
+            known = _properties(body)
+            new = {field: field_types.field_for(column, self._capabilities)
+                   for field, column in wanted.items() if field not in known}
+            if new:
+                await self._client.put_mapping(index, new)
+                log.info("table %s: mapped new fields in %s: %s", table.name, index,
+                         ", ".join(f"{f} ({spec['type']})" for f, spec in new.items()))
+
+
+def column_hints(layout: TableLayout) -> dict[str, str]:
+    return {c.name: column_hint(c.data_type, c.column_type, c.scale) for c in layout.columns}
+
+
+def _properties(index_mapping: Any) -> dict[str, Any]:
+    found = index_mapping.get("mappings", {}).get("properties", {})
+    return found if isinstance(found, dict) else {}

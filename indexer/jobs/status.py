@@ -1,0 +1,211 @@
+"""`indexer status`: where each table's pipeline stands, in one look.
+
+Per table: the consumer group's lag per partition, the source commit time of the newest
+change indexed and how long the oldest waiting change has waited, dead letters since a
+time, the indices behind the read and sync aliases, tombstones, whether a daemon consumes,
+source switches not acknowledged; plus the connectors' states when ``[connect]`` is set.
+Gathering is I/O; :func:`table_problems` (what counts as unhealthy) is pure.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aiokafka.structs import TopicPartition
+
+from indexer.core.documents import META_FIELD
+from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.jobs.dlq import DeadLetter
+from indexer.jobs.health import canary_report, connectors, stall_problems
+from indexer.jobs.verify import record_problems
+from indexer.search.admin import alias_state
+from indexer.search.client import SearchClient
+from indexer.search.state import StateStore
+from indexer.settings import Config, TableConfig
+from indexer.source.topics import PartitionLag, Record, TopicReader, iso_time
+
+
+@dataclass
+class PartitionStatus:
+    partition: int
+    end: int
+    committed: int | None
+    lag: int
+    indexed_up_to: str | None = None  # source commit time of the last change committed
+    oldest_waiting_s: float | None = None  # age of the first change not yet committed
+
+
+@dataclass
+class TableStatus:
+    table: str
+    alias: str
+    topic: str
+    live: list[str]
+    synced: list[str]
+    documents: int | None = None
+    tombstones: int | None = None
+    partitions: list[PartitionStatus] = field(default_factory=list)
+    dead_letters: dict[str, int] = field(default_factory=dict)  # kind -> count since
+    unacknowledged_switches: int = 0
+    verification: dict[str, Any] | None = None  # continuous verification's record
+
+    @property
+    def lag(self) -> int:
+        return sum(p.lag for p in self.partitions)
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["lag"] = self.lag
+        return data
+
+
+@dataclass
+class Status:
+    group: str
+    consumers: list[dict[str, Any]]
+    dead_letters_since: str | None
+    tables: list[TableStatus]
+    connectors: list[dict[str, Any]] = field(default_factory=list)
+    canary: dict[str, Any] | None = None  # where the newest beat is (canary.Sighting)
+    problems: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"group": self.group, "consumers": self.consumers,
+                "dead_letters_since": self.dead_letters_since, "connectors": self.connectors,
+                "canary": self.canary, "tables": [t.as_json() for t in self.tables],
+                "problems": self.problems, "healthy": not self.problems}
+
+
+def table_problems(status: TableStatus, consumers: int) -> list[str]:
+    """What is wrong with a table's pipeline (dead letters are reported, not a problem: each
+    was logged with its reason and waits for `indexer dlq replay`)."""
+    problems = []
+    if not status.live:
+        problems.append(f"{status.table}: no index behind alias {status.alias!r} "
+                        "(run `indexer mappings apply`)")
+    if status.lag and not consumers:
+        problems.append(f"{status.table}: {status.lag:,} changes wait in {status.topic} and no "
+                        "daemon consumes them (is `indexer run` running?)")
+    if not status.partitions:
+        problems.append(f"{status.table}: topic {status.topic!r} does not exist yet")
+    if status.unacknowledged_switches:
+        problems.append(f"{status.table}: {status.unacknowledged_switches} source switches "
+                        "not acknowledged (`indexer source status`)")
+    return problems
+
+
+async def gather(config: Config, since_ms: int | None) -> Status:
+    group = config.kafka.group_id
+    tables: dict[str, TableStatus] = {}
+    async with SearchClient(config.elasticsearch) as client:
+        state = StateStore(client)
+        for table in config.tables:
+            aliases = await alias_state(client, table.alias)
+            status = TableStatus(table.name, table.alias, table.topic, aliases.live,
+                                 aliases.synced)
+            if aliases.live:
+                status.documents = await client.count(table.alias)
+                status.tombstones = await client.count(
+                    ",".join(aliases.live), {"term": {f"{META_FIELD}.deleted": True}})
+            if table.version.kind == "binlog":
+                registry = await state.load(table.alias)
+                status.unacknowledged_switches = len(registry.unacknowledged)
+            status.verification = await state.verification(table.alias)
+            tables[table.topic] = status
+    async with TopicReader(config.kafka) as reader:
+        consumers = await reader.members(group)
+        for table in config.tables:
+            lags = await reader.lag(group, [table.topic])
+            tables[table.topic].partitions = [
+                await _partition(reader, config, table, lag) for lag in lags]
+        # Counted fetch by fetch: a dead letter keeps its message, which may be megabytes.
+        async for batch in reader.since(config.kafka.dead_letter_topic, since_ms):
+            for record in batch:
+                letter = DeadLetter.from_headers(record.headers)
+                if letter is not None and letter.topic in tables:
+                    kinds = tables[letter.topic].dead_letters
+                    kinds[letter.kind] = kinds.get(letter.kind, 0) + 1
+    result = Status(group, consumers, iso_time(since_ms) if since_ms else None,
+                    list(tables.values()))
+    for status in result.tables:
+        result.problems.extend(table_problems(status, len(consumers)))
+        result.problems.extend(record_problems(config.table(status.table), status.verification,
+                                               config.verify))
+    states, problems = await connectors(config)
+    result.connectors = [s.as_json() for s in states]
+    result.problems.extend(problems)
+    result.problems.extend(await stall_problems(config))
+    result.canary, problems = await canary_report(config)
+    result.problems.extend(problems)
+    return result
+
+
+async def _partition(reader: TopicReader, config: Config, table: TableConfig,
+                     lag: PartitionLag) -> PartitionStatus:
+    status = PartitionStatus(lag.partition, lag.end, lag.committed, lag.lag)
+    if lag.committed is None or lag.committed <= 0:
+        return status
+    tp = TopicPartition(lag.topic, lag.partition)
+    decoder = EnvelopeDecoder(config.connector, table.column_types)
+    # The last committed change: a few records back, past transaction markers and tombstones.
+    done = await reader.read(tp, max(0, lag.committed - 5), lag.committed)
+    for record in reversed(done):
+        ts = _source_ms(decoder, record)
+        if ts:
+            status.indexed_up_to = iso_time(ts)
+            break
+    if lag.lag:
+        waiting = await reader.read(tp, lag.committed, min(lag.end, lag.committed + 5))
+        if waiting:
+            ts = _source_ms(decoder, waiting[0]) or int(waiting[0].timestamp)
+            status.oldest_waiting_s = round(max(0.0, time.time() - ts / 1000), 3)
+    return status
+
+
+def _source_ms(decoder: EnvelopeDecoder, record: Record) -> int | None:
+    try:
+        change = decoder.decode(record.key, record.value)
+    except DecodeError:
+        return None
+    return change.position.ts_ms if change is not None else None
+
+
+def render_text(status: Status) -> list[str]:
+    """Plain lines: complete whatever reads them."""
+    members = ", ".join(f"{m['client_id']}@{m['host']}" for m in status.consumers) or "none"
+    lines = [f"group {status.group}: consumers {members}"]
+    for t in status.tables:
+        dead = ", ".join(f"{k} {n:,}" for k, n in sorted(t.dead_letters.items())) or "none"
+        lines.append(f"{t.table}: alias {t.alias} -> {', '.join(t.live) or 'nothing'}; "
+                     f"sync -> {', '.join(t.synced) or 'nothing'}; documents "
+                     f"{_n(t.documents)}, tombstones {_n(t.tombstones)}; lag {t.lag:,}; "
+                     f"dead letters {dead}")
+        for p in t.partitions:
+            waiting = (f", oldest waiting {p.oldest_waiting_s:,.1f} s"
+                       if p.oldest_waiting_s is not None else "")
+            lines.append(f"  {t.topic}[{p.partition}]: end {p.end:,}, committed "
+                         f"{_n(p.committed)}, lag {p.lag:,}, indexed up to "
+                         f"{p.indexed_up_to or '-'}{waiting}")
+        if (v := t.verification) is not None:
+            lines.append(f"  verified: last whole pass {v.get('last_pass_at') or '-'} ("
+                         f"{v.get('last_pass_s', '-')} s); rows differing and not repaired "
+                         f"{v.get('unrepaired_count', 0):,}")
+    if (c := status.canary) is not None:
+        def where(beat: dict[str, Any] | None) -> str:
+            return "-" if beat is None else f"beat {beat['seq']:,} ({beat['age_s']:,.1f} s ago)"
+
+        heartbeat = c["heartbeat_age_s"]
+        lines.append(f"canary: written {where(c['written'])}, in Kafka {where(c['in_kafka'])}, "
+                     f"indexed {where(c['indexed'])}; Debezium heartbeat "
+                     + ("-" if heartbeat is None else f"{heartbeat:,.1f} s ago"))
+    for c in status.connectors:
+        tasks = ", ".join(f"task {t['id']} {t['state']}" for t in c["tasks"]) or "no task"
+        lines.append(f"connector {c['name']}: {c['state']} ({tasks})")
+    lines.extend(f"unhealthy: {problem}" for problem in status.problems)
+    return lines
+
+
+def _n(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"

@@ -1,0 +1,42 @@
+"""The one retry policy for the search server: which failures are worth another try, and how
+long to wait before it. Every loop that retries a request to it (bulk writes, source
+cursors and epochs, new fields) uses this; none commits past a failure meanwhile."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_never,
+    wait_random_exponential,
+)
+
+from indexer.search.client import SearchError, TransportError
+
+# Waits start around this many seconds and double, with jitter, up to the caller's ceiling
+# (batch.max_backoff_s).
+FIRST_WAIT_S = 0.1
+
+
+class TransientError(Exception):
+    """The search server could not take the request now; try again."""
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a request failed for now (the server away, busy with 429, failing with 5xx),
+    as opposed to for good (a refused mapping or privilege)."""
+    return isinstance(exc, TransientError | TransportError) or (
+        isinstance(exc, SearchError) and (exc.status >= 500 or exc.status == 429))
+
+
+def retrying(max_backoff_s: float, *, first_wait_s: float = FIRST_WAIT_S,
+             before_sleep: Callable[[RetryCallState], None] | None = None) -> AsyncRetrying:
+    """``async for attempt in retrying(...): with attempt: ...``: forever while failures are
+    transient; anything else is raised at once."""
+    return AsyncRetrying(retry=retry_if_exception(transient),
+                         wait=wait_random_exponential(multiplier=first_wait_s,
+                                                      max=max_backoff_s),
+                         stop=stop_never, reraise=True, before_sleep=before_sleep)

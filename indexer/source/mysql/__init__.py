@@ -1,0 +1,1 @@
+"""The MySQL/MariaDB adapter, by job: connection, schema, rows, checksum SQL."""

@@ -1,0 +1,112 @@
+"""Connections to MySQL/MariaDB: TLS, refusals as one line naming what to fix, one query on a
+connection of its own, the server's flavor and GTID position.
+
+pymysql is synchronous; callers run these functions in a worker thread
+(``asyncio.to_thread``). Identifiers come from validated configuration and are quoted;
+values are always parameters.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Sequence
+from typing import Any
+
+import pymysql
+
+from indexer.core.layout import Flavor, TableLayout
+from indexer.security import tls_context, tls_reason
+from indexer.settings import ConfigError, MySQLSettings
+
+log = logging.getLogger(__name__)
+
+
+def quote(identifier: str) -> str:
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def connect(settings: MySQLSettings, database: str) -> pymysql.connections.Connection[Any]:
+    """A connection in autocommit mode; a refusal becomes one line naming what to fix."""
+    try:
+        # TIMESTAMPs are written in UTC, like Debezium's.
+        return pymysql.connect(host=settings.host, port=settings.port, user=settings.user,
+                               password=settings.password.reveal(), database=database,
+                               charset="utf8mb4", autocommit=True,
+                               init_command="SET time_zone = '+00:00'", **_tls(settings))
+    except pymysql.err.OperationalError as exc:
+        raise ConfigError(_refusal(settings, exc)) from exc
+
+
+def _refusal(settings: MySQLSettings, exc: pymysql.err.OperationalError) -> str:
+    code = exc.args[0] if exc.args else 0
+    text = str(exc.args[1] if len(exc.args) > 1 else exc)
+    where = f"mysql {settings.host}:{settings.port}"
+    if code == 1045:
+        hint = ("" if settings.uses_tls else "; if the account requires TLS, set mysql.tls = "
+                "true and mysql.ca_file")
+        return (f"{where} refused user {settings.user!r} (1045 access denied): check "
+                f"mysql.user and mysql.password (or password_file){hint}")
+    if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
+        if "match" in text or "mismatch" in text:
+            return (f"{where}: its TLS certificate does not name {settings.host!r}; set "
+                    "mysql.host to a name the certificate has, or mysql.verify_identity = "
+                    "false")
+        return (f"{where}: TLS certificate not trusted ({tls_reason(text)}); set "
+                "mysql.ca_file to the CA that signed it")
+    if "doesn't support" in text:
+        return (f"{where} does not offer TLS ({text}): set mysql.tls = false, or point "
+                "mysql.host and mysql.port at a server with TLS")
+    if "SSL" in text or "TLS" in text or code == 2026:
+        return f"{where}: TLS failed ({tls_reason(text)}); check mysql.tls and mysql.ca_file"
+    return f"{where}: {text} (error {code}); check mysql.host and mysql.port"
+
+
+def _tls(settings: MySQLSettings) -> dict[str, Any]:
+    """TLS when configured (and then required: no silent fallback to plain text); pymysql's
+    own default would try TLS without verifying anything."""
+    if not settings.uses_tls:
+        return {"ssl_disabled": True}
+    if not settings.verify_certs:
+        log.warning("TLS certificates of MySQL are NOT verified (mysql.verify_certs = false)")
+    try:
+        context = tls_context(ca_file=settings.ca_file, cert_file=settings.cert_file,
+                              key_file=settings.key_file, verify=settings.verify_certs,
+                              check_hostname=settings.verify_identity)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"mysql: cannot load the TLS files (ca_file, cert_file, key_file): "
+                          f"{exc}") from exc
+    return {"ssl": context}
+
+
+def fetch_all(settings: MySQLSettings, database: str, query: str,
+               args: Sequence[Any] | None = None) -> tuple[tuple[Any, ...], ...]:
+    """One query on a connection of its own: callers run in worker threads, side by side.
+    Always formatted (no arguments is an empty tuple), so a literal '%' is written '%%'."""
+    with connect(settings, database) as conn, conn.cursor() as cur:
+        cur.execute(query, tuple(args or ()))
+        return tuple(cur.fetchall())
+
+
+def server_flavor(conn: pymysql.connections.Connection[Any]) -> Flavor:
+    """MariaDB or MySQL, from the version string (MariaDB's says so)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        ((version,),) = cur.fetchall()
+    return "mariadb" if "mariadb" in str(version).lower() else "mysql"
+
+
+def gtid_position(settings: MySQLSettings, database: str) -> str | None:
+    """The GTIDs the server has committed so far (MariaDB's @@gtid_binlog_pos, MySQL's
+    @@gtid_executed); None without GTIDs. No privilege is needed to read them."""
+    with connect(settings, database) as conn:
+        flavor = server_flavor(conn) if settings.server == "auto" else settings.server
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos" if flavor == "mariadb"
+                        else "SELECT @@gtid_executed")
+            ((found,),) = cur.fetchall()
+    return str(found) if found else None
+
+
+def qualified(layout: TableLayout) -> str:
+    return f"{quote(layout.database)}.{quote(layout.table)}"

@@ -1,0 +1,92 @@
+"""A table's layout from MySQL's information_schema, and what it says about indices."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import pymysql
+
+from indexer.core.layout import Column, Flavor, TableLayout
+from indexer.settings import MySQLSettings
+from indexer.source.mysql.connection import connect, fetch_all, server_flavor
+
+
+def table_layout(conn: pymysql.connections.Connection[Any], database: str, table: str,
+                 server: Literal["auto", "mariadb", "mysql"] = "auto") -> TableLayout:
+    flavor: Flavor = server_flavor(conn) if server == "auto" else server
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, "
+            "COALESCE(c.NUMERIC_SCALE, c.DATETIME_PRECISION, 0), "
+            "COALESCE(k.ORDINAL_POSITION, 0) "
+            "FROM information_schema.COLUMNS c LEFT JOIN information_schema.KEY_COLUMN_USAGE k "
+            "ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME "
+            "AND k.COLUMN_NAME = c.COLUMN_NAME AND k.CONSTRAINT_NAME = 'PRIMARY' "
+            "WHERE c.TABLE_SCHEMA = %s AND c.TABLE_NAME = %s ORDER BY c.ORDINAL_POSITION",
+            (database, table),
+        )
+        rows = cur.fetchall()
+        json_columns = _json_columns(cur, database, table)
+    if not rows:
+        raise LookupError(f"table {database}.{table} does not exist")
+    layout = TableLayout(database, table, tuple(
+        Column(str(r[0]), "json" if r[0] in json_columns else str(r[1]).lower(),
+               str(r[2]).lower(), int(r[3]), int(r[4]))
+        for r in rows), flavor)
+    if not layout.key:
+        raise LookupError(f"table {database}.{table} has no primary key; documents need one")
+    return layout
+
+
+def read_layout(settings: MySQLSettings, database: str, table: str) -> TableLayout:
+    with connect(settings, database) as conn:
+        return table_layout(conn, database, table, settings.server)
+
+
+_JSON_VALID = re.compile(r"^json_valid\(`?([^`]+)`?\)$", re.IGNORECASE)
+
+
+def _json_columns(cur: Any, database: str, table: str) -> set[str]:
+    """MariaDB's JSON is LONGTEXT plus a json_valid() check; MySQL's JSON is its own type."""
+    try:
+        cur.execute("SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+                    "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s", (database, table))
+    except pymysql.err.MySQLError:
+        return set()  # MySQL before 8.0.16 has no such table, and no need for it
+    return {m.group(1) for (clause,) in cur.fetchall()
+            if (m := _JSON_VALID.match(str(clause).strip()))}
+
+
+def row_count_estimate(settings: MySQLSettings, layout: TableLayout) -> int:
+    found = fetch_all(settings, layout.database,
+                       "SELECT TABLE_ROWS FROM information_schema.TABLES "
+                       "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                       (layout.database, layout.table))
+    return int(found[0][0] or 0) if found else 0
+
+
+def changed_column(settings: MySQLSettings, layout: TableLayout,
+                   wanted: str | None) -> tuple[str | None, str]:
+    """The indexed DATETIME/TIMESTAMP column that says when a row last changed: ``wanted``,
+    or the one MySQL sets ON UPDATE CURRENT_TIMESTAMP; and why there is none."""
+    columns = fetch_all(settings, layout.database,
+                         "SELECT COLUMN_NAME, DATA_TYPE, EXTRA FROM information_schema.COLUMNS "
+                         "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                         (layout.database, layout.table))
+    if wanted is None:
+        found = [str(name) for name, data_type, extra in columns
+                 if str(data_type).lower() in ("datetime", "timestamp")
+                 and "on update current_timestamp" in str(extra).lower()]
+        if not found:
+            return None, "no column is set ON UPDATE CURRENT_TIMESTAMP (set changed_column)"
+        wanted = found[0]
+    elif wanted not in {str(name) for name, _, _ in columns}:
+        return None, f"changed_column {wanted!r} is not a column of the table"
+    leading = fetch_all(settings, layout.database,
+                         "SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+                         "AND TABLE_NAME = %s AND COLUMN_NAME = %s AND SEQ_IN_INDEX = 1",
+                         (layout.database, layout.table, wanted))
+    if not leading:
+        return None, f"column {wanted} has no index of its own (each look would scan the table)"
+    return wanted, ""

@@ -1,0 +1,17 @@
+import orjson
+
+from indexer.core.bulk import action_line
+from indexer.core.documents import Write
+
+
+def test_action_line_carries_id_and_external_version() -> None:
+    line = action_line("a-v1", Write('x"1', 5, b"{}", False))
+    assert orjson.loads(line) == {"index": {"_index": "a-v1", "_id": 'x"1', "version": 5,
+                                            "version_type": "external"}}
+    assert b"\n" not in line  # one NDJSON line; the request adds the newlines
+
+
+def test_action_line_escapes_the_index_and_names_the_version_type() -> None:
+    line = action_line('a"b', Write("1", 2, b"{}", False), "external_gte")
+    assert orjson.loads(line)["index"] == {"_index": 'a"b', "_id": "1", "version": 2,
+                                           "version_type": "external_gte"}

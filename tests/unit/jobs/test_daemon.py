@@ -1,0 +1,187 @@
+"""The run loop driven with in-memory parts (the real servers are the integration tests'):
+batches written and committed in order after their writes, stale versions settled, poison
+dead-lettered and committed, a failed batch ending the daemon with nothing committed past it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from indexer.config import build_config
+from indexer.core.events import EnvelopeDecoder, LayoutChanged
+from indexer.core.sources import Registry
+from indexer.jobs.daemon import Daemon, Parts
+from indexer.jobs.follower import Follower
+from indexer.metrics import Metrics
+from indexer.search.sink import Op, Outcome
+from indexer.settings import Config, TableConfig
+from indexer.source.kafka import Records, RevokeHook
+from tests.unit.corpus import POISON, messages
+
+T = TypeVar("T")
+TOPIC = "mysql.indexer_test.t1"
+TP = TopicPartition(TOPIC, 0)
+CONFIG = build_config({"tables": [{"name": "indexer_test.t1", "topic": TOPIC}],
+                       "batch": {"linger_ms": 0, "max_linger_ms": 0, "max_events": 2}},
+                      Path())
+
+
+def record(offset: int, key: bytes | None, value: bytes | None) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(TOPIC, 0, offset, 0, 0, key, value, None, len(key or b""),
+                          len(value or b""), ())
+
+
+class MemorySource:
+    """Hands out its records once, in slices; keeps every commit."""
+
+    def __init__(self, pairs: Sequence[tuple[bytes | None, bytes | None]]) -> None:
+        self.pending = [record(i, k, v) for i, (k, v) in enumerate(pairs)]
+        self.commits: list[dict[TopicPartition, int]] = []
+
+    async def fetch(self, max_records: int, timeout_ms: int) -> Records:
+        if not self.pending:
+            await asyncio.sleep(timeout_ms / 1000)
+            return {}
+        taken, self.pending = self.pending[:max_records], self.pending[max_records:]
+        return {TP: taken}
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TP}
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.commits.append(dict(offsets))
+
+    def lag(self, tp: TopicPartition, next_offset: int) -> int | None:
+        return None
+
+
+class MemorySink:
+    """An index in a dict: a write wins with a higher version (external versioning)."""
+
+    def __init__(self, fail_on_call: int = 0, slow_first_s: float = 0.0) -> None:
+        self.versions: dict[str, int] = {}
+        self.calls = 0
+        self._fail_on_call = fail_on_call
+        self._slow_first_s = slow_first_s
+
+    async def write(self, ops: Sequence[Op]) -> None:
+        self.calls += 1
+        if self.calls == 1 and self._slow_first_s:
+            await asyncio.sleep(self._slow_first_s)
+        if self.calls == self._fail_on_call:
+            raise RuntimeError("the search server refused the request for good")
+        for op in ops:
+            if op.write.version > self.versions.get(op.write.id, 0):
+                self.versions[op.write.id] = op.write.version
+                op.outcome = Outcome.WRITTEN
+            else:
+                op.outcome = Outcome.STALE
+
+
+class MemoryDeadLetters:
+    def __init__(self) -> None:
+        self.letters: list[tuple[str, bytes | None, dict[str, bytes]]] = []
+
+    async def deliver(self, topic: str, key: bytes | None, value: bytes | None,
+                      headers: Sequence[tuple[str, bytes]], *, max_backoff_s: float) -> None:
+        self.letters.append((topic, value, dict(headers)))
+
+
+class MemoryRegistries:
+    def __init__(self) -> None:
+        self.stored: dict[str, Any] = {}
+
+    async def load(self, alias: str) -> Registry:
+        raw = self.stored.get(alias)
+        return Registry.from_json(raw) if raw is not None else Registry()
+
+    async def update(self, alias: str, change: Callable[[Registry], T]) -> tuple[Registry, T]:
+        registry = await self.load(alias)
+        result = change(registry)
+        self.stored[alias] = registry.as_json()
+        return registry, result
+
+
+class AcceptingSchemas:
+    async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,
+                      change: LayoutChanged) -> None:
+        decoder.accept(change.current)
+
+
+def parts_of(source: MemorySource, sink: MemorySink,
+             letters: MemoryDeadLetters) -> Callable[..., Any]:
+    @contextlib.asynccontextmanager
+    async def factory(config: Config, metrics: Metrics, tables: dict[str, Any],
+                      on_revoked: RevokeHook) -> AsyncIterator[Parts]:
+        follower = Follower(MemoryRegistries(), metrics)
+        for table in tables.values():
+            await follower.load(table.config)
+        yield Parts(source, sink, letters, follower, AcceptingSchemas())
+
+    return factory
+
+
+async def until(predicate: Callable[[], bool], task: asyncio.Task[None]) -> None:
+    async with asyncio.timeout(10):
+        while not predicate() and not task.done():  # noqa: ASYNC110 - in-memory parts
+            await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def lifecycle_twice(lifecycle: list[tuple[bytes | None, bytes | None]]
+                    ) -> list[tuple[bytes | None, bytes | None]]:
+    return lifecycle + lifecycle  # a replay of the same changes: the second time all stale
+
+
+async def test_batches_are_written_then_committed_in_order_and_replays_are_stale(
+        lifecycle_twice: list[tuple[bytes | None, bytes | None]]) -> None:
+    source, sink, letters = MemorySource(lifecycle_twice), MemorySink(), MemoryDeadLetters()
+    daemon = Daemon(CONFIG, parts=parts_of(source, sink, letters))
+    task = asyncio.create_task(daemon.run())
+    n = len(lifecycle_twice)
+    await until(lambda: bool(source.commits) and source.commits[-1][TP] == n, task)
+    daemon.stop()
+    await task
+    assert [c[TP] for c in source.commits] == sorted(c[TP] for c in source.commits)
+    assert source.commits[-1] == {TP: n} and not letters.letters
+    def counted(name: str) -> float | None:
+        return daemon.metrics.registry.get_sample_value(name, {"table": "indexer_test.t1"})
+
+    # Batches of two: [c, u] writes u (c lost to it in the batch), [d, tombstone] the delete;
+    # the replay writes nothing: every change of it is older than what the index holds.
+    assert (counted("indexer_indexed_total"), counted("indexer_deleted_total")) == (1, 1)
+    assert counted("indexer_stale_total") == 4 and counted("indexer_skipped_total") == 2
+
+
+async def test_poison_is_dead_lettered_with_its_reason_and_committed() -> None:
+    source, sink, letters = MemorySource(POISON[:2]), MemorySink(), MemoryDeadLetters()
+    daemon = Daemon(CONFIG, parts=parts_of(source, sink, letters))
+    task = asyncio.create_task(daemon.run())
+    await until(lambda: bool(source.commits) and source.commits[-1][TP] == 2, task)
+    daemon.stop()
+    await task
+    assert [topic for topic, _, _ in letters.letters] == [CONFIG.kafka.dead_letter_topic] * 2
+    assert letters.letters[0][1] == POISON[0][1]  # the original bytes
+    assert letters.letters[0][2]["indexer.error.kind"] == b"undecodable"
+
+
+async def test_a_batch_that_fails_for_good_stops_the_daemon_and_nothing_past_it_commits(
+        lifecycle: list[tuple[bytes | None, bytes | None]]) -> None:
+    # Batches of two: the second batch's write fails while the first is slow to settle.
+    source = MemorySource(lifecycle + lifecycle)
+    sink, letters = MemorySink(fail_on_call=2, slow_first_s=0.2), MemoryDeadLetters()
+    daemon = Daemon(CONFIG, parts=parts_of(source, sink, letters))
+    with pytest.raises(RuntimeError, match="refused the request for good"):
+        await asyncio.wait_for(daemon.run(), 10)
+    assert all(c[TP] <= 2 for c in source.commits)  # the first batch only, after its write
+
+
+def test_the_recorded_lifecycle_is_what_these_tests_expect() -> None:
+    pairs = messages("t1_lifecycle.tsv")
+    assert len(pairs) == 4 and pairs[-1][1] is None  # c, u, d and Debezium's tombstone

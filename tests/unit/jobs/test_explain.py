@@ -1,0 +1,68 @@
+from typing import Any
+
+from indexer.core.documents import pack_binlog_version
+from indexer.core.sources import Epoch
+from indexer.jobs.explain import Event, Found, Letter, describe_version, differing_fields, judge
+from indexer.settings import TableConfig, VersionSource
+
+TABLE = TableConfig("shop", "items", "mysql.shop.items", "items", "items.json",
+                    VersionSource("binlog"))
+ROW = {"id": 1, "name": "a", "price": "1.50"}
+
+
+def found(source: dict[str, Any] | None = None, deleted: bool = False) -> Found:
+    return Found("items-v1", True, 7, {}, deleted, source or {})
+
+
+def event(committed: bool) -> Event:
+    return Event("mysql.shop.items", 0, 41, committed, "2026-12-01T00:00:00.000+00:00", "u",
+                 "2026-12-01T00:00:00.000+00:00", 9)
+
+
+def test_versions_decode_to_binlog_coordinates_and_epochs() -> None:
+    epochs = [Epoch(0, 0, 0), Epoch(1, 70, 1)]
+    assert describe_version(pack_binlog_version("mysql-bin.000012", 4242, 3), TABLE.version,
+                            epochs) == {"binlog_file": 12, "position": 4242, "row": 3, "epoch": 0}
+    later = pack_binlog_version("other-bin.000002", 99, 0, epochs[1])
+    assert describe_version(later, TABLE.version, epochs) == {
+        "binlog_file": 2, "position": 99, "row": 0, "epoch": 1}
+    column = VersionSource("column", "updated_at")
+    assert describe_version(5, column, []) == {"column": "updated_at", "value": 5}
+
+
+def test_in_sync_cases() -> None:
+    assert judge(TABLE, ROW, found(dict(ROW)), [], []).in_sync
+    assert judge(TABLE, None, None, [], []).in_sync
+    deleted = judge(TABLE, None, found(deleted=True), [], [])
+    assert deleted.in_sync and "tombstone" in deleted.summary
+
+
+def test_stale_names_the_fields_and_the_repair() -> None:
+    verdict = judge(TABLE, ROW, found({**ROW, "price": "2.00", "old": 1}), [event(True)], [])
+    assert not verdict.in_sync and verdict.differing_fields == ["old", "price"]
+    assert verdict.fix == "indexer reconcile --repair items"
+    assert differing_fields({"a": 1}, {"a": 1.0, "b": None}) == ["b"]
+
+
+def test_missing_and_extra() -> None:
+    missing = judge(TABLE, ROW, None, [], [])
+    assert missing.summary.startswith("missing") and missing.differing_fields == sorted(ROW)
+    resurrected = judge(TABLE, ROW, found(deleted=True), [], [])
+    assert "tombstone" in resurrected.summary and not resurrected.in_sync
+    extra = judge(TABLE, None, found(dict(ROW)), [], [])
+    assert extra.summary.startswith("extra") and extra.fix == "indexer reconcile --repair items"
+
+
+def test_the_fix_prefers_waiting_then_dead_letters() -> None:
+    waiting = judge(TABLE, ROW, None, [event(False), event(True)],
+                    [Letter(3, "undecodable", "not JSON", "t", 40)])
+    assert waiting.fix is not None and waiting.fix.startswith(
+        "wait: its change at mysql.shop.items[0]@41")
+    mapping = judge(TABLE, ROW, None, [event(True)],
+                    [Letter(3, "document_parsing_exception", "failed to parse [price]", "t", 41)])
+    assert mapping.fix == ("its change was dead-lettered (document_parsing_exception: failed to "
+                           "parse [price]): fix mappings/items.json, run `indexer reindex "
+                           "items`, then `indexer dlq replay --table items`")
+    other = judge(TABLE, ROW, None, [], [Letter(3, "undecodable", "not JSON", "t", 41)])
+    assert other.fix == ("its change was dead-lettered (undecodable: not JSON): fix the cause, "
+                         "then `indexer dlq replay --table items`")

@@ -1,0 +1,39 @@
+from indexer.jobs.status import PartitionStatus, Status, TableStatus, render_text, table_problems
+
+
+def status(**overrides: object) -> TableStatus:
+    t = TableStatus("shop.items", "items", "mysql.shop.items", ["items-v2"],
+                    ["items-v1", "items-v2"], documents=10, tombstones=2,
+                    partitions=[PartitionStatus(0, 100, 100, 0, "2026-12-01T00:00:00.000+00:00")])
+    for k, v in overrides.items():
+        setattr(t, k, v)
+    return t
+
+
+def test_healthy() -> None:
+    assert table_problems(status(), consumers=1) == []
+    # Dead letters are reported, not unhealthy: each waits for `indexer dlq replay`.
+    assert table_problems(status(dead_letters={"undecodable": 3}), consumers=1) == []
+
+
+def test_lag_without_a_consumer_no_index_no_topic_and_switches() -> None:
+    lagging = status(partitions=[PartitionStatus(0, 100, 40, 60, None, 12.5)])
+    (problem,) = table_problems(lagging, consumers=0)
+    assert "60 changes wait in mysql.shop.items and no daemon consumes them" in problem
+    assert table_problems(lagging, consumers=1) == []  # a daemon catching up is healthy
+    assert "mappings apply" in table_problems(status(live=[]), consumers=1)[0]
+    assert "does not exist yet" in table_problems(status(partitions=[]), consumers=1)[0]
+    assert "source switches" in table_problems(status(unacknowledged_switches=1), 1)[0]
+
+
+def test_text_is_complete_lines() -> None:
+    s = Status("indexer", [{"client_id": "indexer", "host": "/10.0.0.1"}], None,
+               [status(dead_letters={"undecodable": 3})], problems=["x: broken"])
+    lines = render_text(s)
+    assert lines[0] == "group indexer: consumers indexer@/10.0.0.1"
+    assert lines[1] == ("shop.items: alias items -> items-v2; sync -> items-v1, items-v2; "
+                        "documents 10, tombstones 2; lag 0; dead letters undecodable 3")
+    assert lines[2].startswith("  mysql.shop.items[0]: end 100, committed 100, lag 0, indexed "
+                               "up to 2026-12-01T00:00:00")
+    assert lines[-1] == "unhealthy: x: broken"
+    assert s.as_json()["healthy"] is False
