@@ -12,10 +12,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
@@ -27,17 +24,13 @@ from indexer.core.ledger import OffsetLedger
 from indexer.core.linger import Linger
 from indexer.core.sources import EPOCH_ZERO
 from indexer.jobs.dlq import dead_letter_for
-from indexer.jobs.follower import Follower, NotFollowed, SwitchFound
-from indexer.jobs.schema_changes import SchemaWatch
-from indexer.jobs.verify import Verifier
+from indexer.jobs.follower import NotFollowed, SwitchFound
+from indexer.jobs.parts import Parts, PartsFactory, TableParts, open_parts
 from indexer.metrics import Metrics
-from indexer.search.admin import ensure_table_index
 from indexer.search.retry import retrying
-from indexer.search.sink import MAPPING_CONFLICT, ElasticsearchSink, Op, Outcome
-from indexer.search.state import StateStore
+from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
 from indexer.settings import Config, TableConfig
-from indexer.source.canary_table import CanaryWriter, writer_name
-from indexer.source.kafka import KafkaSource, Producer, Records, RevokeHook
+from indexer.source.kafka import Records
 
 log = logging.getLogger(__name__)
 
@@ -47,52 +40,6 @@ IDLE_POLL_MS = 500  # how long an empty fetch waits; bounds how late stop() is n
 # each bulk request over dozens of slices, and the pipeline runs dry (500 events per slice left
 # both cores idle a fifth of the time).
 DECODE_SLICE = 100
-
-
-class Source(Protocol):
-    """Where the records come from (:class:`~indexer.source.kafka.KafkaSource`)."""
-
-    async def fetch(self, max_records: int, timeout_ms: int) -> Records: ...
-    def assignment(self) -> set[TopicPartition]: ...
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
-    def lag(self, tp: TopicPartition, next_offset: int) -> int | None: ...
-
-
-class Sink(Protocol):
-    """Where the writes go (:class:`~indexer.search.sink.ElasticsearchSink`): each op ends
-    WRITTEN, STALE or FAILED."""
-
-    async def write(self, ops: Sequence[Op]) -> None: ...
-
-
-class DeadLetters(Protocol):
-    """Where undeliverable messages go (:class:`~indexer.source.kafka.Producer`)."""
-
-    async def deliver(self, topic: str, key: bytes | None, value: bytes | None,
-                      headers: Sequence[tuple[str, bytes]], *, max_backoff_s: float) -> None: ...
-
-
-class Schemas(Protocol):
-    """What a new row layout does (:class:`~indexer.jobs.schema_changes.SchemaWatch`)."""
-
-    async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,
-                      change: LayoutChanged) -> None: ...
-
-
-@dataclass
-class Parts:
-    """What the loop works with, opened (and closed) together by a factory."""
-
-    source: Source
-    sink: Sink
-    dead_letters: DeadLetters
-    follower: Follower  # binlog-versioned tables' sources, stored in a state store
-    schemas: Schemas
-
-
-# (config, metrics, the tables' decoders, the rebalance hook) -> the parts, as a context.
-PartsFactory = Callable[[Config, Metrics, dict[str, "_Table"], RevokeHook],
-                        AbstractAsyncContextManager[Parts]]
 
 
 @dataclass(slots=True)
@@ -114,13 +61,6 @@ class Batch:
     size: int = 0
 
 
-@dataclass
-class _Table:
-    config: TableConfig
-    decoder: EnvelopeDecoder
-    builder: DocumentBuilder
-
-
 class Daemon:
     """The run loop over its parts: ``run()`` until ``stop()`` (or SIGTERM/SIGINT). The parts
     come from ``parts`` (the real servers by default; a test gives others)."""
@@ -132,7 +72,7 @@ class Daemon:
         self._open_parts = parts or open_parts
         self._canary = config.canary_table
         self._tables = {
-            t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types,
+            t.topic: TableParts(t, EnvelopeDecoder(config.connector, t.column_types,
                                                watch_layouts=True),
                             DocumentBuilder(t, config.mysql.server))
             for t in (*config.tables, *((self._canary,) if self._canary else ()))
@@ -460,52 +400,6 @@ class Daemon:
         await self._save_cursors(force=True)
         if self._ledger.failure is not None:
             raise self._ledger.failure
-
-
-@contextlib.asynccontextmanager
-async def open_parts(cfg: Config, metrics: Metrics, tables: dict[str, _Table],
-                     on_revoked: RevokeHook) -> AsyncIterator[Parts]:
-    """The real parts: the search server's sink, the dead-letter producer, the follower and
-    the schema watch on the search server's state, every table's index created if absent,
-    the Kafka source, and beside them the canary's writer and continuous verification."""
-    async with (
-        ElasticsearchSink(cfg.elasticsearch, metrics, max_backoff_s=cfg.batch.max_backoff_s)
-        as sink,
-        Producer(cfg.kafka) as producer,
-    ):
-        follower = Follower(StateStore(sink.client), metrics)
-        schemas = SchemaWatch(cfg, sink.client, metrics)
-        for table in tables.values():
-            await ensure_table_index(sink.client, cfg, table.config)
-            if table.builder.binlog_versions:
-                await follower.load(table.config)
-        await asyncio.gather(*(schemas.start(t.config, t.decoder)
-                               for t in tables.values() if not t.config.canary))
-        async with (
-            KafkaSource(cfg.kafka, list(tables), on_revoked) as source,
-            contextlib.AsyncExitStack() as checks,
-        ):
-            await _start_checks(cfg, metrics, checks, source)
-            yield Parts(source, sink, producer, follower, schemas)
-
-
-async def _start_checks(cfg: Config, metrics: Metrics, checks: contextlib.AsyncExitStack,
-                        source: KafkaSource) -> None:
-    """The canary's writer and continuous verification, beside the loop. Each table is looked
-    after by the member that consumes its topic's first partition, so the work is done once
-    per group and moves with the partitions."""
-
-    def owns(topic: str) -> bool:
-        return TopicPartition(topic, 0) in source.assignment()
-
-    if cfg.canary_table is not None:
-        canary = cfg.canary_table
-        metrics.canary_from(int(time.time() * 1000))
-        await checks.enter_async_context(CanaryWriter(
-            cfg.canary_mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
-            cfg.canary.interval_s, lambda: owns(canary.topic), metrics))
-    if cfg.verify.enabled:
-        await checks.enter_async_context(Verifier(cfg, metrics, lambda table: owns(table.topic)))
 
 
 def mapping_hint(table: TableConfig) -> str:

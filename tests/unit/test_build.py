@@ -49,7 +49,7 @@ def test_compiled_and_pure_python_produce_the_same_bytes(tmp_path: Path) -> None
     check = subprocess.run(
         [sys.executable, "-c", "import indexer.core.events as e; print(e.__file__)"],
         env=env, cwd=tmp_path, capture_output=True, check=True)
-    assert check.stdout.decode().strip() == str(pure / "events.py")
+    assert check.stdout.decode().strip() == str(pure / "core" / "events.py")
     run = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
                          capture_output=True, check=True)
     compiled = orjson.dumps(corpus.corpus())

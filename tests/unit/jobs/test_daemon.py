@@ -16,8 +16,9 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from indexer.config import build_config
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
 from indexer.core.sources import Registry
-from indexer.jobs.daemon import Daemon, Parts
+from indexer.jobs.daemon import Daemon
 from indexer.jobs.follower import Follower
+from indexer.jobs.parts import Parts
 from indexer.metrics import Metrics
 from indexer.search.sink import Op, Outcome
 from indexer.settings import Config, TableConfig

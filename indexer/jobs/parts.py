@@ -1,0 +1,133 @@
+"""What `indexer run`'s loop works with: the parts it is given (Kafka source, bulk sink,
+dead-letter producer, follower, schema watch), each table's decoder and document builder, and
+the factory that opens the real ones beside the canary's writer and continuous verification.
+
+Apart from the loop (indexer.jobs.daemon, compiled): a factory is an async generator, which
+mypyc does not compile, and a test gives the loop parts of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiokafka.structs import TopicPartition
+
+from indexer.core.documents import DocumentBuilder
+from indexer.core.events import EnvelopeDecoder, LayoutChanged
+from indexer.jobs.follower import Follower
+from indexer.jobs.schema_changes import SchemaWatch
+from indexer.jobs.verify import Verifier
+from indexer.metrics import Metrics
+from indexer.search.admin import ensure_table_index
+from indexer.search.sink import ElasticsearchSink, Op
+from indexer.search.state import StateStore
+from indexer.settings import Config, TableConfig
+from indexer.source.canary_table import CanaryWriter, writer_name
+from indexer.source.kafka import KafkaSource, Producer, Records, RevokeHook
+
+
+@dataclass
+class TableParts:
+    """A table and what turns its events into writes."""
+
+    config: TableConfig
+    decoder: EnvelopeDecoder
+    builder: DocumentBuilder
+
+
+class Source(Protocol):
+    """Where the records come from (:class:`~indexer.source.kafka.KafkaSource`)."""
+
+    async def fetch(self, max_records: int, timeout_ms: int) -> Records: ...
+    def assignment(self) -> set[TopicPartition]: ...
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+    def lag(self, tp: TopicPartition, next_offset: int) -> int | None: ...
+
+
+class Sink(Protocol):
+    """Where the writes go (:class:`~indexer.search.sink.ElasticsearchSink`): each op ends
+    WRITTEN, STALE or FAILED."""
+
+    async def write(self, ops: Sequence[Op]) -> None: ...
+
+
+class DeadLetters(Protocol):
+    """Where undeliverable messages go (:class:`~indexer.source.kafka.Producer`)."""
+
+    async def deliver(self, topic: str, key: bytes | None, value: bytes | None,
+                      headers: Sequence[tuple[str, bytes]], *, max_backoff_s: float) -> None: ...
+
+
+class Schemas(Protocol):
+    """What a new row layout does (:class:`~indexer.jobs.schema_changes.SchemaWatch`)."""
+
+    async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,
+                      change: LayoutChanged) -> None: ...
+
+
+@dataclass
+class Parts:
+    """What the loop works with, opened (and closed) together by a factory."""
+
+    source: Source
+    sink: Sink
+    dead_letters: DeadLetters
+    follower: Follower  # binlog-versioned tables' sources, stored in a state store
+    schemas: Schemas
+
+
+# (config, metrics, the tables' decoders, the rebalance hook) -> the parts, as a context.
+PartsFactory = Callable[[Config, Metrics, dict[str, TableParts], RevokeHook],
+                        AbstractAsyncContextManager[Parts]]
+
+
+@contextlib.asynccontextmanager
+async def open_parts(cfg: Config, metrics: Metrics, tables: dict[str, TableParts],
+                     on_revoked: RevokeHook) -> AsyncIterator[Parts]:
+    """The real parts: the search server's sink, the dead-letter producer, the follower and
+    the schema watch on the search server's state, every table's index created if absent,
+    the Kafka source, and beside them the canary's writer and continuous verification."""
+    async with (
+        ElasticsearchSink(cfg.elasticsearch, metrics, max_backoff_s=cfg.batch.max_backoff_s)
+        as sink,
+        Producer(cfg.kafka) as producer,
+    ):
+        follower = Follower(StateStore(sink.client), metrics)
+        schemas = SchemaWatch(cfg, sink.client, metrics)
+        for table in tables.values():
+            await ensure_table_index(sink.client, cfg, table.config)
+            if table.builder.binlog_versions:
+                await follower.load(table.config)
+        await asyncio.gather(*(schemas.start(t.config, t.decoder)
+                               for t in tables.values() if not t.config.canary))
+        async with (
+            KafkaSource(cfg.kafka, list(tables), on_revoked) as source,
+            contextlib.AsyncExitStack() as checks,
+        ):
+            await _start_checks(cfg, metrics, checks, source)
+            yield Parts(source, sink, producer, follower, schemas)
+
+
+async def _start_checks(cfg: Config, metrics: Metrics, checks: contextlib.AsyncExitStack,
+                        source: KafkaSource) -> None:
+    """The canary's writer and continuous verification, beside the loop. Each table is looked
+    after by the member that consumes its topic's first partition, so the work is done once
+    per group and moves with the partitions."""
+
+    def owns(topic: str) -> bool:
+        return TopicPartition(topic, 0) in source.assignment()
+
+    if cfg.canary_table is not None:
+        canary = cfg.canary_table
+        metrics.canary_from(int(time.time() * 1000))
+        await checks.enter_async_context(CanaryWriter(
+            cfg.canary_mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
+            cfg.canary.interval_s, lambda: owns(canary.topic), metrics))
+    if cfg.verify.enabled:
+        await checks.enter_async_context(Verifier(cfg, metrics, lambda table: owns(table.topic)))
