@@ -29,13 +29,16 @@ from bench.common import REPO, capture_template, mysql
 # Runs in the child: the package is whichever the child's sys.path finds first.
 CHILD = """
 import pickle, sys, time
-from indexer.settings import ConnectorSettings, TableConfig, VersionSource
-from indexer.core.documents import DocumentBuilder
-from indexer.core.events import EnvelopeDecoder
 try:
+    from indexer.settings import ConnectorSettings, TableConfig, VersionSource
+    from indexer.core.documents import DocumentBuilder
+    from indexer.core.events import EnvelopeDecoder
     from indexer.core.bulk import action_line
-except ImportError:  # a checkout from before indexer.core.bulk
-    from indexer.search.sink import action_line
+except ImportError:  # a checkout from before the layers (indexer.core, indexer.settings)
+    from indexer.config import ConnectorSettings, TableConfig, VersionSource
+    from indexer.documents import DocumentBuilder
+    from indexer.events import EnvelopeDecoder
+    from indexer.bulk import action_line
 try:
     from indexer.build import current_build
     build = current_build().describe
