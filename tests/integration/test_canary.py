@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from indexer.core.canary import Beat
+from indexer.jobs.daemon import Daemon
 from indexer.jobs.health import canary_report, check_health
 from indexer.jobs.status import gather
 from indexer.search.client import SearchClient, quote
@@ -135,9 +136,9 @@ async def test_daemons_of_one_group_write_one_beat_an_interval_and_hand_over(
         await wait_until(moving, 90, "the other daemon writing beats")
 
 
-async def _balanced(daemon: Any) -> bool:
-    source = daemon._source
-    return source is not None and len(source.assignment()) == 1
+async def _balanced(daemon: Daemon) -> bool:
+    parts = daemon._parts
+    return parts is not None and len(parts.source.assignment()) == 1
 
 
 async def test_a_stopped_daemon_is_a_missing_writer(
