@@ -25,7 +25,7 @@ from indexer.core.linger import Linger
 from indexer.core.sources import EPOCH_ZERO
 from indexer.jobs.dlq import dead_letter_for
 from indexer.jobs.follower import NotFollowed, SwitchFound
-from indexer.jobs.parts import Parts, PartsFactory, TableParts, open_parts
+from indexer.jobs.parts import Parts, PartsFactory, open_parts
 from indexer.metrics import Metrics
 from indexer.search.retry import retrying
 from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
@@ -55,6 +55,16 @@ class Message:
 
 
 @dataclass
+class _Table:
+    """A table's parts (:class:`~indexer.jobs.parts.TableParts`), a native class of the
+    compiled loop: every event reads its fields."""
+
+    config: TableConfig
+    decoder: EnvelopeDecoder
+    builder: DocumentBuilder
+
+
+@dataclass
 class Batch:
     messages: list[Message] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
@@ -72,8 +82,8 @@ class Daemon:
         self._open_parts = parts or open_parts
         self._canary = config.canary_table
         self._tables = {
-            t.topic: TableParts(t, EnvelopeDecoder(config.connector, t.column_types,
-                                               watch_layouts=True),
+            t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types,
+                                           watch_layouts=True),
                             DocumentBuilder(t, config.mysql.server))
             for t in (*config.tables, *((self._canary,) if self._canary else ()))
         }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,13 +32,16 @@ from indexer.source.canary_table import CanaryWriter, writer_name
 from indexer.source.kafka import KafkaSource, Producer, Records, RevokeHook
 
 
-@dataclass
-class TableParts:
-    """A table and what turns its events into writes."""
+class TableParts(Protocol):
+    """A table and what turns its events into writes (the loop's own native class: every
+    event reads these, and a compiled module reads its own classes' fields directly)."""
 
-    config: TableConfig
-    decoder: EnvelopeDecoder
-    builder: DocumentBuilder
+    @property
+    def config(self) -> TableConfig: ...
+    @property
+    def decoder(self) -> EnvelopeDecoder: ...
+    @property
+    def builder(self) -> DocumentBuilder: ...
 
 
 class Source(Protocol):
@@ -83,12 +86,12 @@ class Parts:
 
 
 # (config, metrics, the tables' decoders, the rebalance hook) -> the parts, as a context.
-PartsFactory = Callable[[Config, Metrics, dict[str, TableParts], RevokeHook],
+PartsFactory = Callable[[Config, Metrics, Mapping[str, TableParts], RevokeHook],
                         AbstractAsyncContextManager[Parts]]
 
 
 @contextlib.asynccontextmanager
-async def open_parts(cfg: Config, metrics: Metrics, tables: dict[str, TableParts],
+async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TableParts],
                      on_revoked: RevokeHook) -> AsyncIterator[Parts]:
     """The real parts: the search server's sink, the dead-letter producer, the follower and
     the schema watch on the search server's state, every table's index created if absent,
