@@ -12,7 +12,8 @@ the same text inside the server from the table's current columns. So:
 
 Each value is written as the server writes it: FLOAT and DOUBLE as MySQL's shortest
 round-trip text of the double (:func:`double_text`), JSON and SET compact as MariaDB's
-JSON_COMPACT writes them or spaced as MySQL 8 renders JSON.
+JSON_COMPACT writes them or spaced as MySQL 8 renders JSON, a geometry as the hex of its
+stored bytes (``HEX(column)``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+
+from indexer.core.geometry import Geometry
 
 # Stored in each index's mapping ``_meta`` (:data:`CHECKSUM_META`): documents of an index
 # created by an older version carry checksums that no longer match the SQL's.
@@ -80,6 +83,8 @@ def hash_text(value: Any, spaced: bool = False) -> str:
         return str(value)
     if isinstance(value, float):
         return double_text(value)
+    if isinstance(value, Geometry):
+        return value.text
     if spaced:
         return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
     return orjson.dumps(value).decode()

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from indexer.core import values
+from indexer.core import geometry, values
 from indexer.core.envelope import ENVELOPE, Envelope, Position
 from indexer.settings import ConfigError, ConnectorSettings
 
@@ -51,9 +51,9 @@ class DecodeError(ValueError):
 
 class LayoutChanged(Exception):
     """A row whose layout the decoder has not accepted yet (a column added, dropped, renamed
-    or retyped, or the table's first event). Not an error: the caller learns what it needs
-    (column types from MySQL, a mapping update), calls :meth:`EnvelopeDecoder.accept` and
-    decodes the message again."""
+    or retyped, or the table's first event: ``previous`` is None). Not an error: the caller
+    learns what it needs (column types from MySQL, a mapping update), calls
+    :meth:`EnvelopeDecoder.accept` and decodes the message again."""
 
     def __init__(self, previous: Layout | None, current: Layout, schemaless: bool) -> None:
         super().__init__(f"new row layout: {describe_change(previous, current)}")
@@ -113,6 +113,11 @@ def _fsp(params: Mapping[str, Any], default: int) -> int:
     return default
 
 
+# Debezium's spatial structs (POINT; every other spatial type; PostgreSQL's geography).
+GEOMETRIES = ("io.debezium.data.geometry.Point", "io.debezium.data.geometry.Geometry",
+              "io.debezium.data.geometry.Geography")
+
+
 def field_converter(schema: Mapping[str, Any]) -> Converter | None:
     """The converter for one field's value, from its Kafka Connect schema; None = as is."""
     name = schema.get("name")
@@ -147,6 +152,8 @@ def field_converter(schema: Mapping[str, Any]) -> Converter | None:
         return values.set_members
     if name == "io.debezium.data.Bits":
         return values.bits_from_base64_le
+    if name in GEOMETRIES:
+        return geometry.from_debezium
     if schema.get("type") == "float" or column_type.startswith("FLOAT"):
         # Connect's FLOAT32 ("float" in JSON schemas): Java's text of the 32-bit value
         return values.float32
@@ -267,6 +274,8 @@ def hinted_field_schema(column: str, hint: str, connector: ConnectorSettings) ->
     elif base == "bit":
         if length > 1:
             schema["name"] = "io.debezium.data.Bits"
+    elif base in geometry.SPATIAL_TYPES:
+        schema["name"] = GEOMETRIES[0] if base == "point" else GEOMETRIES[1]
     elif base not in ("enum", "year", "blob", "binary", "varbinary", "char", "varchar", "text",
                       "int", "integer", "bigint", "smallint", "tinyint", "mediumint",
                       "double", "real", "bool", "boolean", "tinyblob", "mediumblob", "longblob",
@@ -356,6 +365,13 @@ class EnvelopeDecoder:
         self._seen.add(layout)
         self._switch(layout)
 
+    def forget(self) -> None:
+        """Forgets the layouts accepted so far: the next row's is checked again, as after a
+        start (a rebalance may hand over a partition whose mapping another member changed)."""
+        self._seen.clear()
+        self._layout = None
+        self._names = frozenset()
+
     @property
     def layout(self) -> Layout | None:
         return self._layout
@@ -364,7 +380,7 @@ class EnvelopeDecoder:
         """A change, or None for Debezium's tombstone (the null value after a delete).
 
         Watching layouts, raises :class:`LayoutChanged` before decoding a row of a layout
-        not accepted yet (the first one is accepted as it comes)."""
+        not accepted yet, the first one included."""
         if value is None:
             return None
         envelope, plan = self._envelope(value)
@@ -399,7 +415,7 @@ class EnvelopeDecoder:
         if layout in self._seen:  # a layout accepted before (events of an older version)
             self._switch(layout)
             return
-        if self._watch and self._layout is not None:
+        if self._watch:  # the first layout too: a column may have been added while stopped
             raise LayoutChanged(self._layout, layout, schemaless)
         self.accept(layout)
 

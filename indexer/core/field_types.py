@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from indexer.core.geometry import SPATIAL_TYPES
 from indexer.core.layout import Column
 
 # Every integer range a field type holds (JSON numbers beyond it are refused).
@@ -125,7 +126,11 @@ def field_for(column: Column, caps: Capabilities) -> dict[str, Any]:
         return {"type": "binary"}
     if t == "json":
         return {"type": caps.object_type}
-    # Spatial and other types: kept in _source, not indexed, never refused.
+    if t in SPATIAL_TYPES:
+        # GeoJSON (indexer.core.geometry); coordinates that are not WGS 84 longitude and
+        # latitude (another SRID's metres) leave the field unindexed, not the row refused.
+        return {"type": "geo_point" if t == "point" else "geo_shape", "ignore_malformed": True}
+    # Other types: kept in _source, not indexed, never refused.
     return {"type": "object", "enabled": False}
 
 
@@ -201,6 +206,10 @@ def column_problem(column: Column, spec: Mapping[str, Any]) -> str | None:
         if field_type in ("object", "nested"):
             return (f"{field_type} maps a JSON column's keys as they come: a key holding a "
                     "number in one row and text in another is refused (use flattened)")
+        return None
+    if field_type in ("geo_point", "geo_shape") and t in SPATIAL_TYPES:
+        if field_type == "geo_point" and t != "point":
+            return f"geo_point refuses a {column.column_type}'s lines and shapes (use geo_shape)"
         return None
     if field_type in ("ip", "geo_point", "geo_shape", "point", "shape") and t != "json":
         return f"{field_type} refuses most {column.column_type} values"

@@ -402,6 +402,9 @@ class Daemon:
         if self._parts is not None:
             for tp in revoked:
                 self._parts.follower.forget(tp.topic, tp.partition)
+        for topic in {tp.topic for tp in revoked}:
+            if topic in self._tables:  # its next row's layout is checked as after a start
+                self._tables[topic].decoder.forget()
 
     async def _shutdown(self) -> None:
         await self._drain(self.config.batch.shutdown_grace_s)

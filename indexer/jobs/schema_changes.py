@@ -54,15 +54,26 @@ class SchemaWatch:
 
     async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,
                       change: LayoutChanged) -> None:
-        log.warning("table %s: the rows' layout changed (%s): %s", table.name,
-                    "names of the fields without schemas" if change.schemaless
-                    else "Debezium's schema", describe_change(change.previous, change.current))
-        self._metrics.layout_changes.labels(table.name).inc()
+        first = change.previous is None  # after a start or a rebalance
+        if table.canary:
+            decoder.accept(change.current)
+            return
+        if not first:
+            log.warning("table %s: the rows' layout changed (%s): %s", table.name,
+                        "names of the fields without schemas" if change.schemaless
+                        else "Debezium's schema", describe_change(change.previous, change.current))
+            self._metrics.layout_changes.labels(table.name).inc()
         layout = await self._read(table)
         if layout is not None:
             decoder.learn_types(column_hints(layout))
             if table.new_columns == "map":
-                await self._map_new_fields(table, change, layout)
+                mapped = await self._map_new_fields(table, change, layout)
+                if first and mapped:
+                    # Columns added while indexer was not running: a change like any other.
+                    log.warning("table %s: the first rows since the start have fields the "
+                                "index did not map (columns added while indexer was stopped?): "
+                                "%s; mapped", table.name, ", ".join(mapped))
+                    self._metrics.layout_changes.labels(table.name).inc()
         decoder.accept(change.current)
 
     async def _read(self, table: TableConfig) -> TableLayout | None:
@@ -80,36 +91,41 @@ class SchemaWatch:
         return layout
 
     async def _map_new_fields(self, table: TableConfig, change: LayoutChanged,
-                              layout: TableLayout) -> None:
+                              layout: TableLayout) -> list[str]:
+        """Maps the change's added fields that no index behind the sync alias maps yet (on a
+        first layout, every field is looked at); the fields mapped, sorted."""
         added, _, _ = layout_changes(change.previous, change.current)
         names = DocumentBuilder(table).field_names(added)
         columns = {c.name: c for c in layout.columns}
         wanted = {field: columns[column] for column, field in names.items() if column in columns}
         if not wanted:
-            return
+            return []
         try:
             # While the search server is away, as a bulk would: the fields must exist first.
             async for attempt in retrying(self._config.batch.max_backoff_s):
                 with attempt:
-                    await self._put_fields(table, wanted)
+                    return await self._put_fields(table, wanted)
         except SearchError as exc:
             log.warning("table %s: could not map the new fields %s (%s); documents the "
                         "mapping refuses are dead-lettered as mapping-conflict", table.name,
                         ", ".join(sorted(wanted)), exc)
+        return []
 
-
-    async def _put_fields(self, table: TableConfig, wanted: dict[str, Column]) -> None:
+    async def _put_fields(self, table: TableConfig, wanted: dict[str, Column]) -> list[str]:
         mappings = await self._client.request("GET", f"/{sync_alias(table.alias)}/_mapping")
         if self._capabilities is None:
             self._capabilities = await admin.field_capabilities(self._client, table.alias)
+        mapped: set[str] = set()
         for index, body in mappings.items():
             known = _properties(body)
             new = {field: field_types.field_for(column, self._capabilities)
                    for field, column in wanted.items() if field not in known}
             if new:
                 await self._client.put_mapping(index, new)
+                mapped.update(new)
                 log.info("table %s: mapped new fields in %s: %s", table.name, index,
                          ", ".join(f"{f} ({spec['type']})" for f, spec in new.items()))
+        return sorted(mapped)
 
 
 def column_hints(layout: TableLayout) -> dict[str, str]:

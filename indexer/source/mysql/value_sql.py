@@ -9,7 +9,8 @@ from typing import Any
 
 import orjson
 
-from indexer.core import values
+from indexer.core import geometry, values
+from indexer.core.geometry import SPATIAL_TYPES
 from indexer.core.layout import Column, Flavor, TableLayout
 from indexer.source.mysql.connection import quote
 
@@ -53,6 +54,8 @@ def value_sql(column: Column) -> str:
         return c
     if t == "float":  # its own text keeps 6 digits; the double it widens to is exact
         return f"CAST({c} + 0e0 AS CHAR)"
+    if t in SPATIAL_TYPES:  # the stored bytes, as the binlog has them (MariaDB refuses CAST)
+        return f"HEX({c})"
     # DECIMAL exact at its scale, TIME as MySQL prints it, doubles and JSON as their text.
     return f"CAST({c} AS CHAR)"
 
@@ -68,6 +71,8 @@ def finisher(column: Column) -> Converter | None:
         return values.set_members
     if t == "bit" and column.column_type in ("bit", "bit(1)"):
         return lambda v: v == 1
+    if t in SPATIAL_TYPES:
+        return geometry.from_hex
     return None
 
 
@@ -80,7 +85,7 @@ def text_sql(column: Column, flavor: Flavor = "mariadb") -> str:
         # As a double, written the way checksums.double_text writes it (a FLOAT too: its
         # own text has only 6 digits; DOUBLE(M,D) would keep D decimals).
         return f"CAST({c} + 0e0 AS CHAR)"
-    if t in ("date", "datetime", "timestamp", "bit") or t in BINARIES:
+    if t in ("date", "datetime", "timestamp", "bit") or t in BINARIES or t in SPATIAL_TYPES:
         return value_sql(column)
     if t == "json":
         return f"JSON_COMPACT({c})" if flavor == "mariadb" else f"CAST({c} AS CHAR)"

@@ -4,6 +4,7 @@ import pytest
 from indexer.core.events import (
     DecodeError,
     EnvelopeDecoder,
+    Layout,
     LayoutChanged,
     column_hint,
     describe_change,
@@ -117,7 +118,7 @@ def test_hint_types(hint: str, name: str) -> None:
 
 def test_unknown_hint_fails_at_start_naming_the_column() -> None:
     with pytest.raises(ConfigError, match=r"column_types\.geo"):
-        decoder(geo="geometry")
+        decoder(geo="hyperbola")
 
 
 def test_hinted_value_of_the_wrong_shape_is_a_clear_error() -> None:
@@ -186,12 +187,32 @@ def _with_column(value: bytes, name: str, field: dict[str, object], data: object
     return orjson.dumps(message)
 
 
+def _accept_first(d: EnvelopeDecoder, key: bytes | None, value: bytes) -> Layout:
+    """The first layout stops a watching decoder too (a column may have been added while
+    the daemon was stopped); the daemon checks it against the mapping and accepts it."""
+    with pytest.raises(LayoutChanged) as raised:
+        d.decode(key, value)
+    assert raised.value.previous is None
+    d.accept(raised.value.current)
+    assert d.decode(key, value) is not None
+    return raised.value.current
+
+
+def test_a_forgetting_decoder_checks_its_next_layout_again(lifecycle: Messages) -> None:
+    key, value = lifecycle[0]
+    assert value is not None
+    d = EnvelopeDecoder(ConnectorSettings(), {}, watch_layouts=True)
+    first = _accept_first(d, key, value)
+    d.forget()  # after a rebalance
+    assert d.layout is None
+    assert _accept_first(d, key, value) == first
+
+
 def test_a_new_layout_stops_the_watching_decoder_until_accepted(lifecycle: Messages) -> None:
     key, value = lifecycle[0]
     assert value is not None
     d = EnvelopeDecoder(ConnectorSettings(), {}, watch_layouts=True)
-    d.decode(key, value)  # the first layout is taken as it comes
-    first = d.layout
+    first = _accept_first(d, key, value)
     added = _with_column(value, "born", {"type": "int32", "name": "io.debezium.time.Date"}, 1)
     with pytest.raises(LayoutChanged) as raised:
         d.decode(key, added)
@@ -214,7 +235,7 @@ def test_a_retyped_field_is_a_new_layout(lifecycle: Messages) -> None:
     assert value is not None
     message = orjson.loads(value)
     d = EnvelopeDecoder(ConnectorSettings(), {}, watch_layouts=True)
-    d.decode(key, value)
+    _accept_first(d, key, value)
     for struct in message["schema"]["fields"][:2]:
         for field in struct["fields"]:
             if field["field"] == "id":
@@ -234,6 +255,7 @@ def test_without_schemas_new_column_names_stop_it_and_mysql_types_decode(
     payload = orjson.loads(value)["payload"]
     d = EnvelopeDecoder(ConnectorSettings(), {"name": "varchar(10)"}, watch_layouts=True)
     d.learn_types({"id": "int", "name": "varchar", "price": "decimal(65,2)", "geo": "point"})
+    _accept_first(d, bare_key, orjson.dumps(payload))
     first = d.decode(bare_key, orjson.dumps(payload))
     assert first is not None and first.after == {"id": 1, "name": "a", "price": "1.50"}
     payload["after"]["born"] = 19782

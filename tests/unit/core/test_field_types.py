@@ -49,7 +49,8 @@ def col(data_type: str, column_type: str | None = None, scale: int = 0) -> Colum
     (col("set", "set('x','y')"), {"type": "keyword"}),
     (col("varbinary", "varbinary(10)"), {"type": "binary"}),
     (col("json"), {"type": "flattened"}),
-    (col("geometry"), {"type": "object", "enabled": False}),
+    (col("geometry"), {"type": "geo_shape", "ignore_malformed": True}),
+    (col("point"), {"type": "geo_point", "ignore_malformed": True}),
 ])
 def test_each_type_gets_a_field_that_takes_its_canonical_values(
         column: Column, expected: dict[str, object]) -> None:
