@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import signal
 import sys
@@ -232,23 +233,34 @@ def reconcile(
     _check_format(output_format, ("text", "json", "html"))
     selected = _select(cfg, tables, all_tables)
     reports = []
+    failed: dict[str, str] = {}  # table -> why it was not reconciled; the others still are
     for table in selected:
-        with reindex_progress(err, table.name) as progress:
-            reports.append(_run(cfg, checker.reconcile(cfg, table, repair=repair,
-                                                       settle_s=settle, progress=progress)))
+        try:
+            with reindex_progress(err, table.name) as progress:
+                reports.append(_run(cfg, checker.reconcile(cfg, table, repair=repair,
+                                                           settle_s=settle, progress=progress),
+                                    failed=functools.partial(failed.__setitem__, table.name)))
+        except typer.Exit:
+            if len(selected) == 1:
+                raise
+            err.print(f"[red]{table.name}: not reconciled[/red]; going on with the others")
     if output_format == "text" and output:
         with output.open("w", encoding="utf-8") as file:
             terminal.render(Console(file=file), reports)
     elif output_format == "text":
         terminal.render(Console(), reports)
     else:
-        text = (orjson.dumps({"tables": [r.as_json() for r in reports]},
+        text = (orjson.dumps({"tables": [r.as_json() for r in reports],
+                              "errors": [{"table": t, "error": e} for t, e in failed.items()]},
                              option=orjson.OPT_INDENT_2).decode()
                 if output_format == "json" else html.render(reports))
         if output:
             output.write_text(text, encoding="utf-8")
         else:
             sys.stdout.write(text + "\n")
+    if failed:
+        err.print(f"[red]error:[/red] not reconciled: {', '.join(failed)}")
+        raise typer.Exit(EXIT_ERROR)
     if not all(r.clean for r in reports):
         raise typer.Exit(EXIT_DRIFT)
 
@@ -518,19 +530,21 @@ async def _stoppable(coro: Coroutine[object, object, T]) -> T:
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-def _run(cfg: Config, coro: Coroutine[object, object, T]) -> T:
-    """Runs a command's coroutine; an error is one line (secrets masked) and exit 2."""
+def _run(cfg: Config, coro: Coroutine[object, object, T],
+         failed: Callable[[str], object] = lambda line: None) -> T:
+    """Runs a command's coroutine; an error is one line (secrets masked, also handed to
+    ``failed``) and exit 2."""
     redact = Redactor(cfg.secrets())
     try:
         return asyncio.run(_stoppable(coro))
     except asyncio.CancelledError:
         err.print("[red]stopped[/red] (SIGTERM)")
         raise typer.Exit(EXIT_ERROR) from None
-    except (ConfigError, MappingError, ReindexError, LookupError) as exc:
-        err.print(f"[red]error:[/red] {escape(redact(str(exc)))}")
-        raise typer.Exit(EXIT_ERROR) from None
     except Exception as exc:  # exit 1 means drift/unhealthy: errors must not look like it
-        err.print(f"[red]error:[/red] {type(exc).__name__}: {escape(redact(str(exc)))}")
+        known = isinstance(exc, ConfigError | MappingError | ReindexError | LookupError)
+        line = redact(str(exc) if known else f"{type(exc).__name__}: {exc}")
+        failed(line)
+        err.print(f"[red]error:[/red] {escape(line)}")
         raise typer.Exit(EXIT_ERROR) from None
 
 

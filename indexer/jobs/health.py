@@ -13,6 +13,7 @@ from aiokafka.errors import KafkaError
 from indexer.core import canary
 from indexer.core.canary import Beat, Sighting
 from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.jobs.schema_changes import missing_table
 from indexer.jobs.verify import record_problems
 from indexer.search.admin import alias_state
 from indexer.search.client import (
@@ -32,7 +33,8 @@ from indexer.source.connect import (
     ConnectUnavailable,
     connector_problems,
 )
-from indexer.source.kafka import KafkaUnavailable, client_security, probe
+from indexer.source.kafka import TOPIC_HINT, KafkaUnavailable, client_security, probe
+from indexer.source.mysql import schema
 from indexer.source.topics import TopicReader, age_s
 
 HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's heartbeat.topics.prefix default
@@ -80,13 +82,30 @@ async def check_health(config: Config) -> list[str]:
         topics = set(await admin.list_topics())
         for table in config.tables:
             if table.topic not in topics:
-                problems.append(f"{table.name}: topic {table.topic!r} does not exist yet")
+                problems.append(f"{table.name}: topic {table.topic!r} does not exist yet "
+                                f"({TOPIC_HINT})")
     except Exception as exc:
         problems.append(f"kafka: {type(exc).__name__}: {exc}")
     finally:
         await admin.close()
-    return (problems + await connect_problems(config) + await stall_problems(config)
-            + (await canary_report(config))[1])
+    return (problems + await missing_tables(config) + await connect_problems(config)
+            + await stall_problems(config) + (await canary_report(config))[1])
+
+
+async def missing_tables(config: Config) -> list[str]:
+    """The configured tables MySQL says it does not have (MySQL away: nothing said here)."""
+    async def missing(table: TableConfig) -> str | None:
+        try:
+            await asyncio.to_thread(schema.read_layout, config.mysql, table.database,
+                                    table.table)
+        except schema.MissingTable as exc:
+            return missing_table(config.mysql, table, exc)
+        except (ConfigError, LookupError, pymysql.err.MySQLError, OSError):
+            return None
+        return None
+
+    found = await asyncio.gather(*(missing(t) for t in config.tables))
+    return [problem for problem in found if problem is not None]
 
 
 async def connect_problems(config: Config) -> list[str]:

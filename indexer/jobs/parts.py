@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -29,7 +30,16 @@ from indexer.search.sink import ElasticsearchSink, Op
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
 from indexer.source.canary_table import CanaryWriter, writer_name
-from indexer.source.kafka import KafkaSource, Producer, Records, RevokeHook
+from indexer.source.kafka import (
+    TOPIC_HINT,
+    KafkaSource,
+    Producer,
+    Records,
+    RevokeHook,
+    missing_topics,
+)
+
+log = logging.getLogger(__name__)
 
 
 class TableParts(Protocol):
@@ -109,6 +119,9 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
                 await follower.load(table.config)
         await asyncio.gather(*(schemas.start(t.config, t.decoder)
                                for t in tables.values() if not t.config.canary))
+        for topic in await missing_topics(cfg.kafka, list(tables)):
+            log.warning("table %s: topic %s does not exist yet; it is read once it appears "
+                        "(%s)", tables[topic].config.name, topic, TOPIC_HINT)
         async with (
             KafkaSource(cfg.kafka, list(tables), on_revoked) as source,
             contextlib.AsyncExitStack() as checks,

@@ -32,7 +32,7 @@ from indexer.metrics import Metrics
 from indexer.search import admin
 from indexer.search.client import SearchClient, SearchError
 from indexer.search.retry import retrying
-from indexer.settings import Config, ConfigError, TableConfig
+from indexer.settings import Config, ConfigError, MySQLSettings, TableConfig
 from indexer.source.mysql import schema
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,9 @@ class SchemaWatch:
         self._unreadable: set[str] = set()  # tables whose columns could not be read
 
     async def start(self, table: TableConfig, decoder: EnvelopeDecoder) -> None:
-        """Column types from MySQL for messages without schemas (or hints only, said once)."""
-        layout = await self._read(table)
+        """Column types from MySQL for messages without schemas (or hints only, said once).
+        A table MySQL does not have stops the start: its name is misspelt."""
+        layout = await self._read(table, at_start=True)
         if layout is not None:
             decoder.learn_types(column_hints(layout))
 
@@ -76,11 +77,13 @@ class SchemaWatch:
                     self._metrics.layout_changes.labels(table.name).inc()
         decoder.accept(change.current)
 
-    async def _read(self, table: TableConfig) -> TableLayout | None:
+    async def _read(self, table: TableConfig, at_start: bool = False) -> TableLayout | None:
         try:
             layout = await asyncio.to_thread(schema.read_layout, self._config.mysql,
                                              table.database, table.table)
         except (ConfigError, LookupError, pymysql.err.MySQLError, OSError) as exc:
+            if at_start and isinstance(exc, schema.MissingTable):
+                raise ConfigError(missing_table(self._config.mysql, table, exc)) from exc
             if table.name not in self._unreadable:
                 log.warning("table %s: cannot read its columns from MySQL (%s): messages "
                             "without schemas are decoded with column_types hints only, and "
@@ -126,6 +129,12 @@ class SchemaWatch:
                 log.info("table %s: mapped new fields in %s: %s", table.name, index,
                          ", ".join(f"{f} ({spec['type']})" for f, spec in new.items()))
         return sorted(mapped)
+
+
+def missing_table(mysql: MySQLSettings, table: TableConfig, why: Exception) -> str:
+    """One line naming a configured table MySQL does not have, and what to check."""
+    return (f"table {table.name}: MySQL at {mysql.host}:{mysql.port} says: {why}; check the "
+            "[[tables]] entry's database and table (names are case-sensitive on Linux)")
 
 
 def column_hints(layout: TableLayout) -> dict[str, str]:

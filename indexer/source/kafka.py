@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import re
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 Records = dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
 RevokeHook = Callable[[set[TopicPartition]], Awaitable[None]]
+# What to check when a table's topic does not exist.
+TOPIC_HINT = ("Debezium writes a table's topic with its first change, none for an empty table; "
+              "else check the connector's table.include.list and topic.prefix")
 # A table's topic appears with its first change; notice it within 30 s rather than 5 min.
 METADATA_MAX_AGE_MS = 30_000
 # How long the reader's fetch waits when there is nothing to read; bounds how late it stops.
@@ -148,6 +152,11 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("partitions assigned: %s", sorted(map(str, assigned)))
 
 
+def topics_pattern(topics: Sequence[str]) -> str:
+    """A regular expression that matches exactly these topics."""
+    return "^(?:" + "|".join(re.escape(t) for t in sorted(topics)) + ")$"
+
+
 class KafkaSource:
     """Subscribes to the tables' topics; commits only offsets it is given.
 
@@ -187,7 +196,12 @@ class KafkaSource:
             metadata_max_age_ms=METADATA_MAX_AGE_MS,
             **client_security(s),
         )
-        self._consumer.subscribe(self._topics, listener=_Listener(self._revoked))
+        # By pattern, not by name: asking the broker for a topic by name creates it when
+        # auto.create.topics.enable is on (a misspelt table would get an empty topic, and a
+        # table's real topic the wrong partition count). A topic that appears later is
+        # picked up at the next metadata refresh.
+        self._consumer.subscribe(pattern=topics_pattern(self._topics),
+                                 listener=_Listener(self._revoked))
         await self._consumer.start()
         self._reader = asyncio.create_task(self._read())
         return self
@@ -318,6 +332,18 @@ async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
         return await partition_numbers(admin, topic)
     finally:
         await admin.close()
+
+
+async def missing_topics(settings: KafkaSettings, topics: Sequence[str]) -> list[str]:
+    """Those of the topics that do not exist (listed, never asked for by name)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers,
+                                **client_security(settings))
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+    finally:
+        await admin.close()
+    return [t for t in topics if t not in existing]
 
 
 async def partition_numbers(admin: AIOKafkaAdminClient, topic: str) -> list[int]:

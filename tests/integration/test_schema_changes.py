@@ -20,6 +20,7 @@ from tests.integration.conftest import (
     insert_rows,
     live_index,
     read_topic,
+    running,
     sql,
     wait_for_documents,
     wait_until,
@@ -170,3 +171,41 @@ async def test_a_table_added_to_the_configuration_is_indexed_from_its_topic(
     for added in (first, second):
         index = both.table(added.name)
         assert (await reconcile(both, index, settle_s=0)).clean
+
+
+async def hits(es: SearchClient, alias: str, query: dict[str, Any]) -> set[str]:
+    await es.request("POST", f"/{alias}/_refresh")
+    found = await es.request("POST", f"/{alias}/_search", {"query": query, "size": 100})
+    return {hit["_id"] for hit in found["hits"]["hits"]}
+
+
+@pytest.mark.parametrize("dynamic", ["strict", "false"])
+@pytest.mark.parametrize("first_event", ["old layout", "new layout"])
+async def test_a_column_added_while_the_daemon_was_stopped_is_mapped(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, dynamic: str,
+        first_event: str) -> None:
+    mapping = {"mappings": {**STRICT["mappings"], "dynamic": dynamic}}
+    table = make_table(COLUMNS, mapping)
+    insert_rows(db, table.name, 1, 10)
+    config = make_config(table.entry())
+    async with caught_up(db, es, table, config):
+        pass
+    # While stopped (a deploy): maybe a change of the old layout, then the ALTER and writes.
+    if first_event == "old layout":
+        sql(db, f"UPDATE `{table.name}` SET qty = 9 WHERE id = 2")
+    sql(db, f"ALTER TABLE `{table.name}` ADD COLUMN popularity DECIMAL(6,2) NULL")
+    sql(db, f"UPDATE `{table.name}` SET popularity = 5.00 WHERE id = 3")
+    expected = rows_now(db, table.name)
+    for doc in expected.values():
+        if doc["popularity"] is None:
+            del doc["popularity"]
+        else:
+            doc["popularity"] = f"{doc['popularity']:.2f}"
+    async with running(config) as daemon:
+        await wait_for_documents(es, table.alias, expected)
+        changes = daemon.metrics.registry.get_sample_value(
+            "indexer_layout_changes_total", {"table": config.tables[0].name})
+        assert changes == 1.0
+    assert await field_type(es, table.alias, "popularity") in ("scaled_float", "double")
+    assert await hits(es, table.alias, {"term": {"popularity": 5.0}}) == {"3"}
+    assert (await reconcile(config, config.tables[0], settle_s=0)).clean

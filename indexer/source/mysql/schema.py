@@ -8,7 +8,7 @@ from typing import Any, Literal
 import pymysql
 
 from indexer.core.layout import Column, Flavor, TableLayout
-from indexer.settings import MySQLSettings
+from indexer.settings import ConfigError, MySQLSettings
 from indexer.source.mysql.connection import connect, fetch_all, server_flavor
 
 
@@ -29,7 +29,8 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str, table
         rows = cur.fetchall()
         json_columns = _json_columns(cur, database, table)
     if not rows:
-        raise LookupError(f"table {database}.{table} does not exist")
+        raise MissingTable(f"table {database}.{table} does not exist (or this MySQL user "
+                           "cannot see it)")
     layout = TableLayout(database, table, tuple(
         Column(str(r[0]), "json" if r[0] in json_columns else str(r[1]).lower(),
                str(r[2]).lower(), int(r[3]), int(r[4]))
@@ -39,8 +40,24 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str, table
     return layout
 
 
+class MissingTable(LookupError):
+    """MySQL has no such table (or database): a misspelt name in the configuration."""
+
+
+UNKNOWN_DATABASE = 1049  # ER_BAD_DB_ERROR
+
+
 def read_layout(settings: MySQLSettings, database: str, table: str) -> TableLayout:
-    with connect(settings, database) as conn:
+    try:
+        conn = connect(settings, database)
+    except ConfigError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, pymysql.err.OperationalError) and cause.args[:1] == (
+                UNKNOWN_DATABASE,):
+            raise MissingTable(f"database {database} does not exist (or this MySQL user "
+                               "cannot see it)") from exc
+        raise
+    with conn:
         return table_layout(conn, database, table, settings.server)
 
 
