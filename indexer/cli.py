@@ -289,7 +289,7 @@ def mappings_validate(
             err.print(f"{table.name}: {definition.source} ok")
             continue
         columns, names = _columns(cfg, table)
-        problems, notes = check(columns, names, definition.mappings)
+        problems, notes = check(columns, names, definition.mappings, table.new_columns)
         for note in notes:
             err.print(f"{table.name}: note: {escape(note)}")
         for problem in problems:

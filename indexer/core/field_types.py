@@ -42,6 +42,7 @@ class Capabilities:
     name: str
     unsigned_long: bool = True
     scaled_float: bool = True
+    geo_shape: bool = True  # a module (x-pack spatial, OpenSearch's geo) minimal builds lack
     object_type: str = "flattened"  # flat_object on OpenSearch
 
 
@@ -126,7 +127,7 @@ def field_for(column: Column, caps: Capabilities) -> dict[str, Any]:
         return {"type": "binary"}
     if t == "json":
         return {"type": caps.object_type}
-    if t in SPATIAL_TYPES:
+    if t == "point" or (t in SPATIAL_TYPES and caps.geo_shape):
         # GeoJSON (indexer.core.geometry); coordinates that are not WGS 84 longitude and
         # latitude (another SRID's metres) leave the field unindexed, not the row refused.
         return {"type": "geo_point" if t == "point" else "geo_shape", "ignore_malformed": True}
@@ -220,11 +221,12 @@ def _not_numeric(field_type: str, column: Column) -> str:
     return f"{field_type} refuses a {column.column_type}'s non-numeric values"
 
 
-def check(columns: Sequence[Column], names: Mapping[str, str],
-          mappings: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def check(columns: Sequence[Column], names: Mapping[str, str], mappings: Mapping[str, Any],
+          new_columns: str = "ignore") -> tuple[list[str], list[str]]:
     """(problems, notes) of a mapping against the table: fields that refuse or lose values,
-    columns without a field under ``dynamic: strict`` (problems); columns left to dynamic
-    mapping, fields for no column (notes)."""
+    columns without a field under ``dynamic: strict`` or ``new_columns = "map"`` (problems);
+    columns left to dynamic mapping, fields for no column, how geo fields read coordinates
+    (notes)."""
     properties: Mapping[str, Any] = mappings.get("properties", {})
     dynamic = str(mappings.get("dynamic", True)).lower()
     problems: list[str] = []
@@ -240,6 +242,11 @@ def check(columns: Sequence[Column], names: Mapping[str, str],
         if spec is None:
             if dynamic == "strict":
                 problems.append(f"{label}: no field, and dynamic is strict: every row is refused")
+            elif new_columns == "map" and dynamic != "true":
+                problems.append(f"{label}: no field, although new_columns = \"map\": the "
+                                "daemon maps it in the live index, but an index made from this "
+                                "file (a reindex) leaves it unsearchable: `indexer mappings "
+                                "generate`")
             elif dynamic == "true":
                 notes.append(f"{label}: no field; the server guesses its type from the first "
                              "value (a DOUBLE may become float): `indexer mappings generate`")
@@ -249,6 +256,12 @@ def check(columns: Sequence[Column], names: Mapping[str, str],
         problem = column_problem(column, spec)
         if problem is not None:
             problems.append(f"{label}: {problem}")
+        elif spec.get("type") in ("geo_point", "geo_shape"):
+            notes.append(f"{label}: {spec['type']} reads coordinates as WGS 84 longitude and "
+                         "latitude (SRID 4326, or degrees under SRID 0); another SRID's "
+                         "(metres) are not indexed" + (" (ignore_malformed), only kept in "
+                         "_source" if spec.get("ignore_malformed") else ": such rows are "
+                         "refused unless ignore_malformed is true"))
     for name in sorted(set(properties) - fields - {"_indexer"}):
         notes.append(f"{name}: a field for no column of the table (dropped or renamed?)")
     return problems, notes

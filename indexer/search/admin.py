@@ -144,7 +144,8 @@ async def field_capabilities(client: SearchClient, alias: str) -> Capabilities:
     full = SERVERS[("es" if server.distribution == "elasticsearch" else "opensearch")
                    + str(server.version[0])]
     found: dict[str, bool] = {}
-    for field_type, extra in (("unsigned_long", {}), ("scaled_float", {"scaling_factor": 100})):
+    for field_type, extra in (("unsigned_long", {}), ("scaled_float", {"scaling_factor": 100}),
+                              ("geo_shape", {})):
         name = f"{alias}-probe-{secrets.token_hex(4)}"
         try:
             await client.create_index(name, {
@@ -158,7 +159,8 @@ async def field_capabilities(client: SearchClient, alias: str) -> Capabilities:
         found[field_type] = True
         await client.delete_index(name)
     return replace(full, name=f"{full.name} (this server)",
-                   unsigned_long=found["unsigned_long"], scaled_float=found["scaled_float"])
+                   unsigned_long=found["unsigned_long"], scaled_float=found["scaled_float"],
+                   geo_shape=found["geo_shape"])
 
 
 async def purge_tombstones(client: SearchClient, alias: str, older_than_ms: int) -> int:
