@@ -113,12 +113,13 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
     ):
         follower = Follower(StateStore(sink.client), metrics)
         schemas = SchemaWatch(cfg, sink.client, metrics)
+        # First: a table MySQL does not have (a misspelt name) stops the start, indexless.
+        await asyncio.gather(*(schemas.start(t.config, t.decoder)
+                               for t in tables.values() if not t.config.canary))
         for table in tables.values():
             await ensure_table_index(sink.client, cfg, table.config)
             if table.builder.binlog_versions:
                 await follower.load(table.config)
-        await asyncio.gather(*(schemas.start(t.config, t.decoder)
-                               for t in tables.values() if not t.config.canary))
         for topic in await missing_topics(cfg.kafka, list(tables)):
             log.warning("table %s: topic %s does not exist yet; it is read once it appears "
                         "(%s)", tables[topic].config.name, topic, TOPIC_HINT)

@@ -19,9 +19,11 @@ from tests.integration.conftest import (
     COLUMNS,
     REPO,
     expected_rows,
+    insert_rows,
     live_index,
     produce,
     raw_documents,
+    running,
     sql,
     wait_for_documents,
     wait_for_topic,
@@ -118,3 +120,38 @@ async def test_metrics_json_logs_replay_and_purge(
     assert purged.returncode == 0 and "purged 1 tombstones" in purged.stderr
     assert "2" not in await raw_documents(es, table.alias)
     assert config.metrics.port == port
+
+
+async def test_a_misspelt_table_stops_run_and_check_names_it(
+        es: SearchClient, make_table: Any, make_config: Any, tmp_path: Path) -> None:
+    table = make_table(COLUMNS)
+    config_file = tmp_path / "indexer.toml"
+    misspelt = table.entry(name=table.entry()["name"] + "x")
+    make_config(misspelt, file=config_file)
+    started = await indexer("run", "-c", str(config_file))
+    assert started.returncode == 2, started.stderr
+    error = [line for line in started.stderr.splitlines() if "error:" in line]
+    assert len(error) == 1 and f"{misspelt['name']} does not exist" in error[0], started.stderr
+    assert not await es.request("GET", f"/{table.alias}-v*", ok=(404,))  # no index made
+    checked = await indexer("check", "-c", str(config_file))
+    assert checked.returncode == 1 and "does not exist" in checked.stderr, checked.stderr
+
+
+async def test_reconcile_all_reports_a_failing_table_and_goes_on(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, tmp_path: Path) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 5)
+    config_file = tmp_path / "indexer.toml"
+    gone = make_table(COLUMNS)
+    config = make_config(gone.entry(), table.entry(), file=config_file)
+    await wait_for_topic(table.topic)
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    sql(db, f"DROP TABLE `{gone.name}`")
+    result = await indexer("reconcile", "--all", "--format", "json", "-c", str(config_file))
+    assert result.returncode == 2, result.stderr
+    report = orjson.loads(result.stdout)
+    assert [r["table"] for r in report["tables"]] == [config.tables[1].name]
+    assert report["tables"][0]["clean"]
+    assert [e["table"] for e in report["errors"]] == [config.tables[0].name]
+    assert "not reconciled" in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
@@ -22,7 +23,8 @@ COLUMNS = """
   ts0 TIMESTAMP NULL DEFAULT NULL, ts6 TIMESTAMP(6) NULL DEFAULT NULL,
   tm TIME, tm3 TIME(3), yr YEAR,
   c CHAR(10), vc VARCHAR(100), tx TEXT, bn BINARY(4), vbn VARBINARY(10), bl BLOB,
-  en ENUM('a','b','ü'), st SET('x','y','z'), js JSON
+  en ENUM('a','b','ü'), st SET('x','y','z'), js JSON,
+  tt TINYTEXT, mt MEDIUMTEXT, lt LONGTEXT, tb TINYBLOB, mb MEDIUMBLOB, lb LONGBLOB
 """
 NAMES = re.findall(r"(?:^|,)\s*(\w+) [A-Z]", COLUMNS.strip())
 
@@ -34,13 +36,15 @@ MAX_ROW = (
     "2038-01-19 03:14:07", "2038-01-19 03:14:07.999999", "838:59:59", "838:59:59.999", 2155,
     "日本語✓🎉", "ünïcødé " + "x" * 90, "long " * 1000, b"\x00\x01\x02\x03", b"\xff\x00",
     bytes(range(256)), "ü", "x,y,z", '{"nested": {"a": [1, 2.5, null, true]}, "u": "ü"}',
+    "t" * 255, "ü" * 70_000, "l" * 70_000, b"\xff" * 255, bytes(range(256)) * 300,
+    b"\x00" * 70_000,
 )
 MIN_ROW = (
     2, -128, 0, -32768, -8388608, -2147483648, 0, -9223372036854775808, 0, False,
     "-999.99", "-0.000000000000000000000000000001", -3.4e38, -2.2250738585072014e-308, 0, 0, 0,
     "1000-01-01", "1000-01-01 00:00:00", "1000-01-01 00:00:00.000", "1000-01-01 00:00:00.000001",
     "1970-01-01 00:00:01", "1970-01-01 00:00:01.000000", "-838:59:59", "-00:00:00.001", 1901,
-    "", "", "", b"\x00\x00\x00\x00", b"", b"", "a", "", "[]",
+    "", "", "", b"\x00\x00\x00\x00", b"", b"", "a", "", "[]", "", "", "", b"", b"", b"",
 )
 
 EXPECTED_MAX: dict[str, Any] = {
@@ -60,6 +64,10 @@ EXPECTED_MAX: dict[str, Any] = {
     "3+/w==",
     "en": "ü", "st": ["x", "y", "z"],
     "js": {"nested": {"a": [1, 2.5, None, True]}, "u": "ü"},
+    "tt": "t" * 255, "mt": "ü" * 70_000, "lt": "l" * 70_000,
+    "tb": base64.b64encode(b"\xff" * 255).decode(),
+    "mb": base64.b64encode(bytes(range(256)) * 300).decode(),
+    "lb": base64.b64encode(b"\x00" * 70_000).decode(),
 }
 EXPECTED_MIN: dict[str, Any] = {
     "id": 2, "ti": -128, "tu": 0, "si": -32768, "mi": -8388608, "i": -2147483648, "iu": 0,
@@ -70,7 +78,7 @@ EXPECTED_MIN: dict[str, Any] = {
     "dtm6": "1000-01-01T00:00:00.000001", "ts0": "1970-01-01T00:00:01Z",
     "ts6": "1970-01-01T00:00:01.000000Z", "tm": "-838:59:59", "tm3": "-00:00:00.001",
     "yr": 1901, "c": "", "vc": "", "tx": "", "bn": "AAAAAA==", "vbn": "", "bl": "", "en": "a",
-    "st": [], "js": [],
+    "st": [], "js": [], "tt": "", "mt": "", "lt": "", "tb": "", "mb": "", "lb": "",
 }
 EXPECTED_NULLS: dict[str, Any] = {name: None for name in NAMES} | {"id": 3}
 # FLOAT and DOUBLE values whose texts differ between MySQL, Java and Python: a FLOAT is the
@@ -99,7 +107,9 @@ MAPPING = {"mappings": {"dynamic": "strict", "properties": {
     "tm3": {"type": "keyword"}, "yr": {"type": "short"}, "c": {"type": "keyword"},
     "vc": {"type": "text"}, "tx": {"type": "text"}, "bn": {"type": "binary"},
     "vbn": {"type": "binary"}, "bl": {"type": "binary"}, "en": {"type": "keyword"},
-    "st": {"type": "keyword"}, "js": {"type": "flattened"},
+    "st": {"type": "keyword"}, "js": {"type": "flattened"}, "tt": {"type": "text"},
+    "mt": {"type": "text"}, "lt": {"type": "text"}, "tb": {"type": "binary"},
+    "mb": {"type": "binary"}, "lb": {"type": "binary"},
 }}}
 
 

@@ -104,6 +104,28 @@ def test_check_against_the_table() -> None:
     assert any("server guesses its type" in n for n in notes)
 
 
+def test_a_column_new_columns_map_would_map_is_a_problem_when_the_file_lacks_it() -> None:
+    columns = [Column("id", "int", "int(11)", 0, 1),
+               Column("popularity", "decimal", "decimal(6,2)", 2, 0)]
+    names = {"id": "id", "popularity": "popularity"}
+    mappings = {"dynamic": False, "properties": {"id": {"type": "integer"}}}
+    problems, _ = check(columns, names, mappings, "map")
+    assert len(problems) == 1 and problems[0].startswith(
+        'popularity: no field, although new_columns = "map"')
+    _, notes = check(columns, names, mappings, "ignore")
+    assert notes == ["popularity: no field; stored in _source but not searchable"]
+
+
+def test_geo_fields_note_how_they_read_coordinates() -> None:
+    columns = [Column("id", "int", "int(11)", 0, 1), Column("at", "point", "point", 0, 0)]
+    names = {"id": "id", "at": "at"}
+    body = generate(columns, names, SERVERS["es9"])
+    problems, notes = check(columns, names, body["mappings"])
+    assert problems == [] and len(notes) == 1 and "WGS 84 longitude and latitude" in notes[0]
+    _, strict = check(columns, names, {"properties": {"at": {"type": "geo_point"}}})
+    assert any("refused unless ignore_malformed" in n for n in strict)
+
+
 def test_generated_mappings_pass_their_own_check() -> None:
     columns = [Column(f"c{i}", t, ct, s, int(i == 0)) for i, (t, ct, s) in enumerate([
         ("int", "int(11)", 0), ("bigint", "bigint(20) unsigned", 0), ("double", "double", 0),

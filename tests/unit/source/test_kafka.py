@@ -1,10 +1,12 @@
 """The hand-over between the source's reader task and the daemon (no broker involved)."""
 
+import re
+
 import pytest
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.settings import KafkaSettings
-from indexer.source.kafka import KafkaSource, Records
+from indexer.source.kafka import KafkaSource, Records, topics_pattern
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -55,3 +57,11 @@ async def test_a_reader_error_is_raised_by_the_next_fetch() -> None:
     await source._fetched.put(RuntimeError("broker says no"))
     with pytest.raises(RuntimeError, match="broker says no"):
         await source.fetch(10, 0)
+
+
+def test_the_subscription_pattern_matches_exactly_the_topics() -> None:
+    pattern = re.compile(topics_pattern(["db.shop.items", "db.shop.items_v2", "a+b"]))
+    for topic in ("db.shop.items", "db.shop.items_v2", "a+b"):
+        assert pattern.match(topic)
+    for topic in ("db.shop.itemsX", "dbXshop.items", "db.shop.item", "aab", "x.db.shop.items"):
+        assert not pattern.match(topic)
