@@ -138,6 +138,13 @@ async def _start_checks(cfg: Config, metrics: Metrics, checks: contextlib.AsyncE
     per group and moves with the partitions."""
 
     def owns(topic: str) -> bool:
+        # A topic that does not exist yet (an empty table's; the canary's before Debezium has
+        # seen a beat) is looked after by the owner of the first existing topic's partition 0.
+        present = source.topics()
+        if topic not in present:
+            if not present:
+                return False
+            topic = min(present)
         return TopicPartition(topic, 0) in source.assignment()
 
     if cfg.canary_table is not None:

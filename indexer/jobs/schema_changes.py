@@ -68,13 +68,16 @@ class SchemaWatch:
         if layout is not None:
             decoder.learn_types(column_hints(layout))
             if table.new_columns == "map":
-                mapped = await self._map_new_fields(table, change, layout)
-                if first and mapped:
+                mapped, looked_at = await self._map_new_fields(table, change, layout)
+                if first and mapped and len(mapped) < looked_at:
                     # Columns added while indexer was not running: a change like any other.
                     log.warning("table %s: the first rows since the start have fields the "
                                 "index did not map (columns added while indexer was stopped?): "
                                 "%s; mapped", table.name, ", ".join(mapped))
                     self._metrics.layout_changes.labels(table.name).inc()
+                elif first and mapped:  # a new index whose mapping names no field
+                    log.info("table %s: mapped the rows' fields as `indexer mappings generate` "
+                             "would: %s", table.name, ", ".join(mapped))
         decoder.accept(change.current)
 
     async def _read(self, table: TableConfig, at_start: bool = False) -> TableLayout | None:
@@ -94,35 +97,39 @@ class SchemaWatch:
         return layout
 
     async def _map_new_fields(self, table: TableConfig, change: LayoutChanged,
-                              layout: TableLayout) -> list[str]:
+                              layout: TableLayout) -> tuple[list[str], int]:
         """Maps the change's added fields that no index behind the sync alias maps yet (on a
-        first layout, every field is looked at); the fields mapped, sorted."""
+        first layout, every field is looked at): (the fields mapped, sorted; how many were
+        looked at)."""
         added, _, _ = layout_changes(change.previous, change.current)
         names = DocumentBuilder(table).field_names(added)
         columns = {c.name: c for c in layout.columns}
         wanted = {field: columns[column] for column, field in names.items() if column in columns}
         if not wanted:
-            return []
+            return [], 0
         try:
             # While the search server is away, as a bulk would: the fields must exist first.
             async for attempt in retrying(self._config.batch.max_backoff_s):
                 with attempt:
-                    return await self._put_fields(table, wanted)
+                    return await self._put_fields(table, wanted), len(wanted)
         except SearchError as exc:
             log.warning("table %s: could not map the new fields %s (%s); documents the "
                         "mapping refuses are dead-lettered as mapping-conflict", table.name,
                         ", ".join(sorted(wanted)), exc)
-        return []
+        return [], len(wanted)
 
     async def _put_fields(self, table: TableConfig, wanted: dict[str, Column]) -> list[str]:
         mappings = await self._client.request("GET", f"/{sync_alias(table.alias)}/_mapping")
+        unmapped = {index: [f for f in wanted if f not in _properties(body)]
+                    for index, body in mappings.items()}
+        if not any(unmapped.values()):
+            return []  # the usual answer after a start: nothing to probe or put
         if self._capabilities is None:
             self._capabilities = await admin.field_capabilities(self._client, table.alias)
         mapped: set[str] = set()
-        for index, body in mappings.items():
-            known = _properties(body)
-            new = {field: field_types.field_for(column, self._capabilities)
-                   for field, column in wanted.items() if field not in known}
+        for index, fields in unmapped.items():
+            new = {field: field_types.field_for(wanted[field], self._capabilities)
+                   for field in fields}
             if new:
                 await self._client.put_mapping(index, new)
                 mapped.update(new)

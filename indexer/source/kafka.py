@@ -269,6 +269,10 @@ class KafkaSource:
     def assignment(self) -> set[TopicPartition]:
         return set(self.consumer.assignment())
 
+    def topics(self) -> set[str]:
+        """The tables' topics that exist (the subscription's pattern matched them)."""
+        return set(self.consumer.subscription())
+
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commits ``{tp: next offset to read}`` for the partitions still assigned."""
         assigned = self.assignment()
