@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from indexer.search.client import SearchClient
+from indexer.source.kafka import topic_partitions
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
@@ -135,6 +136,18 @@ async def test_a_misspelt_table_stops_run_and_check_names_it(
     assert not await es.request("GET", f"/{table.alias}-v*", ok=(404,))  # no index made
     checked = await indexer("check", "-c", str(config_file))
     assert checked.returncode == 1 and "does not exist" in checked.stderr, checked.stderr
+
+
+async def test_an_empty_tables_topic_is_not_created_by_subscribing(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    empty, table = make_table(COLUMNS), make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 3)
+    config = make_config(empty.entry(), table.entry())
+    await wait_for_topic(table.topic)
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    # Debezium writes no topic for an empty table, and the daemon's subscription made none.
+    assert await topic_partitions(config.kafka, empty.topic) == []
 
 
 async def test_reconcile_all_reports_a_failing_table_and_goes_on(

@@ -86,3 +86,29 @@ async def test_every_type_and_unsigned_keys_without_schemas_as_with_them(
                 return bool(hits) and hits[0]["_source"].get("amount") == "12.50" and (
                     hits[0]["_source"].get("seen") == "2024-02-29T01:02:03.456")
             await wait_until(typed, 60, "the new columns decoded with their MySQL types")
+
+
+async def test_a_column_added_while_stopped_is_mapped_without_schemas_too(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    mapping = {"mappings": {"dynamic": "strict", "properties": {
+        "id": {"type": "integer"}, "name": {"type": "keyword"}, "price": {"type": "keyword"},
+        "qty": {"type": "integer"}}}}
+    table = make_table("id INT PRIMARY KEY, name VARCHAR(20), price DECIMAL(10,2), qty INT",
+                       mapping)
+    with schemaless_connector(table) as prefix:
+        topic = f"{prefix}.{DATABASE}.{table.name}"
+        sql(db, f"INSERT INTO `{table.name}` VALUES (1, 'a', 1.50, 1)")
+        await wait_for_topic(topic)
+        config = make_config(table.entry(topic=topic))
+        first = {"1": {"id": 1, "name": "a", "price": "1.50", "qty": 1}}
+        async with running(config):
+            await wait_for_documents(es, table.alias, first)
+        sql(db, f"ALTER TABLE `{table.name}` ADD COLUMN popularity DECIMAL(6,2) NULL")
+        sql(db, f"UPDATE `{table.name}` SET popularity = 5.00 WHERE id = 1")
+        async with running(config) as daemon:
+            await wait_for_documents(es, table.alias, {"1": first["1"] | {"popularity": "5.00"}})
+            assert daemon.metrics.registry.get_sample_value(
+                "indexer_layout_changes_total", {"table": config.tables[0].name}) == 1.0
+        index = (await es.request("GET", f"/{table.alias}/_mapping"))
+        (body,) = index.values()
+        assert body["mappings"]["properties"]["popularity"]["type"] in ("scaled_float", "double")
