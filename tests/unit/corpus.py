@@ -34,9 +34,11 @@ POISON: list[tuple[bytes | None, bytes | None]] = [
 # Each hinted type's converter fed values of every JSON shape: errors must read the same.
 HINTS = ["date", "datetime(0)", "datetime(3)", "datetime(6)", "timestamp(6)", "time(0)",
          "time(6)", "decimal(10,2)", "bigint unsigned", "bit(12)", "set", "json", "float",
-         "tinyint(1)", "varchar"]
+         "tinyint(1)", "varchar", "point", "geometrycollection"]
 SHAPES: list[Any] = ["x", "", "2024-01-02T03:04:05Z", "AJY=", 1.5, -1, 0, 2**63 - 1, -(2**63), True,
-                     [1], {"a": 1}, {"value": "AJY=", "scale": 2}, '{"a":1}', "a,b"]
+                     [1], {"a": 1}, {"value": "AJY=", "scale": 2}, '{"a":1}', "a,b",
+                     {"x": 1.5, "y": -2.25, "wkb": "AQEAAAAAAAAAAAD4PwAAAAAAAALA", "srid": 4326},
+                     {"wkb": "AQcAAAAAAAAA"}, {"wkb": "AQEAAAAAAAAAAAD4"}]
 DOUBLES = [0.0, -0.0, 1e-5, 1e-4, 0.1, 1 / 3, 2.000001, 1e15, 1e16, 123456789012345680.0,
            1e20, 5e-324, 1.7976931348623157e308, -2.5e-7, math.pi * 1e-14, 9007199254740993.0]
 
