@@ -19,9 +19,6 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
-import shapely
-import shapely.geometry
-
 SRID_BYTES = 4  # the stored format's prefix
 # MySQL's spatial column types (MySQL 8 also says geomcollection).
 SPATIAL_TYPES = ("point", "linestring", "polygon", "geometry", "multipoint", "multilinestring",
@@ -61,6 +58,11 @@ def from_debezium(value: Mapping[str, Any]) -> Geometry:
 
 
 def _geojson(wkb: bytes) -> dict[str, Any]:
+    # Imported with the first geometry: shapely brings numpy and GEOS (15 MB of a daemon's
+    # memory), and most tables have no spatial column.
+    import shapely
+    import shapely.geometry
+
     try:
         shape = shapely.from_wkb(wkb)
     except shapely.errors.GEOSException as exc:
