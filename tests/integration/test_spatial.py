@@ -38,6 +38,9 @@ ROWS = {
         "ST_GeomFromText('MULTIPOLYGON(((0 0, 1 0, 1 1, 0 0)), ((5 5, 6 5, 6 6, 5 5)))')",
         "ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))')"),
     2: ("ST_GeomFromText('POINT(-122.4194 37.7749)')",) + ("NULL",) * 7,
+    # Web Mercator metres: no longitude and latitude, so not indexed, but not refused either.
+    3: ("ST_GeomFromText('POINT(1492237.0 6894699.0)', 3857)",
+        "ST_GeomFromText('LINESTRING(500000 6000000, 500001 6000001)', 3857)") + ("NULL",) * 6,
 }
 EXPECTED = {
     "1": {"id": 1, "p": {"type": "Point", "coordinates": [13.405, 52.52]},
@@ -56,6 +59,10 @@ EXPECTED = {
               {"type": "LineString", "coordinates": [[0.0, 0.0], [1.0, 1.0]]}]}},
     "2": {"id": 2, "p": {"type": "Point", "coordinates": [-122.4194, 37.7749]},
           **dict.fromkeys(("ls", "pg", "g", "mp", "mls", "mpg", "gc"))},
+    "3": {"id": 3, "p": {"type": "Point", "coordinates": [1492237.0, 6894699.0]},
+          "ls": {"type": "LineString", "coordinates": [[500000.0, 6000000.0],
+                                                       [500001.0, 6000001.0]]},
+          **dict.fromkeys(("pg", "g", "mp", "mls", "mpg", "gc"))},
 }
 
 
