@@ -222,7 +222,7 @@ def _not_numeric(field_type: str, column: Column) -> str:
 
 
 def check(columns: Sequence[Column], names: Mapping[str, str], mappings: Mapping[str, Any],
-          new_columns: str = "ignore") -> tuple[list[str], list[str]]:
+          new_columns: str = "keep") -> tuple[list[str], list[str]]:
     """(problems, notes) of a mapping against the table: fields that refuse or lose values,
     columns without a field under ``dynamic: strict`` or ``new_columns = "map"`` (problems);
     columns left to dynamic mapping, fields for no column, how geo fields read coordinates

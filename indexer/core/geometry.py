@@ -4,8 +4,9 @@ what ``HEX(column)`` gives) as the GeoJSON that Elasticsearch's ``geo_point`` an
 
 Pure. The stored format is a 4-byte little-endian SRID, then the geometry's WKB. GeoJSON's
 coordinates are the stored x and y as they are: longitude first on MariaDB (which has no
-geographic SRIDs) and on MySQL 8, whose storage keeps longitude first whatever axis order the
-SRID declares (ST_X and ST_AsText follow the declared order; the stored bytes do not). The
+geographic SRIDs) and, as MySQL documents its storage format, on MySQL 8, which keeps
+longitude first whatever axis order the SRID declares (ST_X and ST_AsText follow the declared
+order; the stored bytes do not; not tried here, where no MySQL 8 server runs). The
 SRID is not part of GeoJSON: the search server takes every geometry as WGS 84 (SRID 4326)
 longitude and latitude. Parsing is shapely's (GEOS).
 

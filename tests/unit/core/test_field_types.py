@@ -112,7 +112,7 @@ def test_a_column_new_columns_map_would_map_is_a_problem_when_the_file_lacks_it(
     problems, _ = check(columns, names, mappings, "map")
     assert len(problems) == 1 and problems[0].startswith(
         'popularity: no field, although new_columns = "map"')
-    _, notes = check(columns, names, mappings, "ignore")
+    _, notes = check(columns, names, mappings, "keep")
     assert notes == ["popularity: no field; stored in _source but not searchable"]
 
 
