@@ -217,6 +217,25 @@ def column_problem(column: Column, spec: Mapping[str, Any]) -> str | None:
     return None  # keyword, text and friends take any value's text
 
 
+# SRIDs whose coordinates are WGS 84 longitude and latitude as Elasticsearch reads them (0:
+# none declared, which MariaDB and MySQL default to).
+WGS84_SRIDS = (0, 4326)
+
+
+def _geo_note(label: str, column: Column, spec: Mapping[str, Any]) -> str:
+    """How a geo field reads the column's coordinates, and what it does with others."""
+    kept = (" (ignore_malformed): the row is written, the value kept in _source"
+            if spec.get("ignore_malformed") else
+            ": such rows are refused unless ignore_malformed is true")
+    if column.srid not in WGS84_SRIDS:
+        return (f"{label}: declares SRID {column.srid}, which {spec['type']} cannot represent "
+                "(it takes WGS 84 longitude and latitude, SRID 4326): values whose coordinates "
+                "are not degrees within ±180/±90 are not indexed" + kept)
+    return (f"{label}: {spec['type']} reads coordinates as WGS 84 longitude and latitude "
+            "(SRID 4326, or degrees under SRID 0); another SRID's (metres) are not indexed"
+            + kept)
+
+
 def _not_numeric(field_type: str, column: Column) -> str:
     return f"{field_type} refuses a {column.column_type}'s non-numeric values"
 
@@ -257,11 +276,7 @@ def check(columns: Sequence[Column], names: Mapping[str, str], mappings: Mapping
         if problem is not None:
             problems.append(f"{label}: {problem}")
         elif spec.get("type") in ("geo_point", "geo_shape"):
-            notes.append(f"{label}: {spec['type']} reads coordinates as WGS 84 longitude and "
-                         "latitude (SRID 4326, or degrees under SRID 0); another SRID's "
-                         "(metres) are not indexed" + (" (ignore_malformed), only kept in "
-                         "_source" if spec.get("ignore_malformed") else ": such rows are "
-                         "refused unless ignore_malformed is true"))
+            notes.append(_geo_note(label, column, spec))
     for name in sorted(set(properties) - fields - {"_indexer"}):
         notes.append(f"{name}: a field for no column of the table (dropped or renamed?)")
     return problems, notes

@@ -18,6 +18,7 @@ class Column:
     column_type: str  # the full type: "bigint(20) unsigned", "tinyint(1)", "set('a','b')"
     scale: int  # NUMERIC_SCALE or DATETIME_PRECISION
     key_position: int  # 1-based position in the primary key, 0 if not part of it
+    srid: int = 0  # a spatial column's declared SRID (0: none declared, or not spatial)
 
     @property
     def unsigned(self) -> bool:

@@ -23,6 +23,7 @@ from tests.integration.conftest import (
     wait_for_documents,
     wait_for_topic,
 )
+from tests.integration.test_cli import indexer
 from tests.integration.test_schemaless import schemaless_connector
 
 pytestmark = pytest.mark.servers
@@ -139,3 +140,21 @@ async def test_spatial_columns_without_schemas_as_with_them(
         async with running(config):
             await wait_for_documents(es, table.alias, EXPECTED)
             assert (await reconcile(config, config.tables[0], settle_s=0)).clean
+
+
+async def test_validate_notes_an_srid_the_search_server_cannot_represent(
+        es: SearchClient, make_table: Any, make_config: Any, tmp_path: Any) -> None:
+    table = make_table("id INT PRIMARY KEY, here POINT REF_SYSTEM_ID=4326, "
+                       "there POINT REF_SYSTEM_ID=3857")
+    config_file = tmp_path / "indexer.toml"
+    config = make_config(table.entry(), file=config_file)
+    assert [c.srid for c in read_layout(config.mysql, DATABASE, table.name).columns] == [
+        0, 4326, 3857]
+    (tmp_path / f"{table.alias}.json").write_bytes(
+        orjson.dumps(await generated_mapping(es, config, table)))
+    result = await indexer("mappings", "validate", "-c", str(config_file))
+    assert result.returncode == 0, result.stderr  # notes, not problems: no row is refused
+    notes = [line for line in result.stderr.splitlines() if ": note: " in line]
+    assert any("there: declares SRID 3857, which geo_point cannot represent" in n
+               for n in notes), notes
+    assert any("here: geo_point reads coordinates as WGS 84" in n for n in notes), notes

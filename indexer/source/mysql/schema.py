@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import pymysql
 
+from indexer.core.geometry import SPATIAL_TYPES
 from indexer.core.layout import Column, Flavor, TableLayout
 from indexer.settings import ConfigError, MySQLSettings
 from indexer.source.mysql.connection import connect, fetch_all, server_flavor
@@ -28,12 +29,14 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str, table
         )
         rows = cur.fetchall()
         json_columns = _json_columns(cur, database, table)
+        srids = (_srids(cur, database, table, flavor)
+                 if any(str(r[1]).lower() in SPATIAL_TYPES for r in rows) else {})
     if not rows:
         raise MissingTable(f"table {database}.{table} does not exist (or this MySQL user "
                            "cannot see it)")
     layout = TableLayout(database, table, tuple(
         Column(str(r[0]), "json" if r[0] in json_columns else str(r[1]).lower(),
-               str(r[2]).lower(), int(r[3]), int(r[4]))
+               str(r[2]).lower(), int(r[3]), int(r[4]), srids.get(str(r[0]), 0))
         for r in rows), flavor)
     if not layout.key:
         raise LookupError(f"table {database}.{table} has no primary key; documents need one")
@@ -59,6 +62,19 @@ def read_layout(settings: MySQLSettings, database: str, table: str) -> TableLayo
         raise
     with conn:
         return table_layout(conn, database, table, settings.server)
+
+
+def _srids(cur: Any, database: str, table: str, flavor: Flavor) -> dict[str, int]:
+    """The SRIDs spatial columns declare (MariaDB's REF_SYSTEM_ID, MySQL 8's SRID)."""
+    query = ("SELECT F_GEOMETRY_COLUMN, SRID FROM information_schema.GEOMETRY_COLUMNS "
+             "WHERE F_TABLE_SCHEMA = %s AND F_TABLE_NAME = %s" if flavor == "mariadb" else
+             "SELECT COLUMN_NAME, SRS_ID FROM information_schema.ST_GEOMETRY_COLUMNS "
+             "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s")
+    try:
+        cur.execute(query, (database, table))
+    except pymysql.err.MySQLError:
+        return {}  # a server without the view: every SRID reads as undeclared
+    return {str(name): int(srid or 0) for name, srid in cur.fetchall()}
 
 
 _JSON_VALID = re.compile(r"^json_valid\(`?([^`]+)`?\)$", re.IGNORECASE)

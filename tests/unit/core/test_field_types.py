@@ -124,6 +124,9 @@ def test_geo_fields_note_how_they_read_coordinates() -> None:
     assert problems == [] and len(notes) == 1 and "WGS 84 longitude and latitude" in notes[0]
     _, strict = check(columns, names, {"properties": {"at": {"type": "geo_point"}}})
     assert any("refused unless ignore_malformed" in n for n in strict)
+    mercator = [columns[0], Column("at", "point", "point", 0, 0, 3857)]
+    _, notes = check(mercator, names, body["mappings"])
+    assert notes[0].startswith("at: declares SRID 3857, which geo_point cannot represent")
 
 
 def test_generated_mappings_pass_their_own_check() -> None:

@@ -110,20 +110,26 @@ class MemoryRegistries:
 
 
 class AcceptingSchemas:
+    """Accepts every layout; remembers, per layout change, whether it was a first one."""
+
+    def __init__(self) -> None:
+        self.firsts: list[bool] = []
+
     async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,
                       change: LayoutChanged) -> None:
+        self.firsts.append(change.previous is None)
         decoder.accept(change.current)
 
 
-def parts_of(source: MemorySource, sink: MemorySink,
-             letters: MemoryDeadLetters) -> Callable[..., Any]:
+def parts_of(source: MemorySource, sink: MemorySink, letters: MemoryDeadLetters,
+             schemas: AcceptingSchemas | None = None) -> Callable[..., Any]:
     @contextlib.asynccontextmanager
     async def factory(config: Config, metrics: Metrics, tables: dict[str, Any],
                       on_revoked: RevokeHook) -> AsyncIterator[Parts]:
         follower = Follower(MemoryRegistries(), metrics)
         for table in tables.values():
             await follower.load(table.config)
-        yield Parts(source, sink, letters, follower, AcceptingSchemas())
+        yield Parts(source, sink, letters, follower, schemas or AcceptingSchemas())
 
     return factory
 
@@ -158,6 +164,21 @@ async def test_batches_are_written_then_committed_in_order_and_replays_are_stale
     # the replay writes nothing: every change of it is older than what the index holds.
     assert (counted("indexer_indexed_total"), counted("indexer_deleted_total")) == (1, 1)
     assert counted("indexer_stale_total") == 4 and counted("indexer_skipped_total") == 2
+
+
+async def test_the_first_layout_after_a_start_and_after_a_rebalance_is_checked(
+        lifecycle: list[tuple[bytes | None, bytes | None]]) -> None:
+    source, sink, letters = MemorySource(lifecycle), MemorySink(), MemoryDeadLetters()
+    schemas = AcceptingSchemas()
+    daemon = Daemon(CONFIG, parts=parts_of(source, sink, letters, schemas))
+    task = asyncio.create_task(daemon.run())
+    await until(lambda: bool(source.commits) and source.commits[-1][TP] == len(lifecycle), task)
+    daemon.stop()
+    await task
+    assert schemas.firsts == [True]  # the lifecycle keeps one layout: checked once, at start
+    await daemon._on_revoked({TP})
+    table = daemon._tables[TP.topic]
+    assert table.decoder.layout is None  # the next owner's first row is checked again
 
 
 async def test_poison_is_dead_lettered_with_its_reason_and_committed() -> None:
