@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
+
+from indexer.jobs.reconcile import reconcile
 from indexer.search.client import SearchClient
 from tests.integration import conftest
 from tests.integration.conftest import (
@@ -21,6 +24,9 @@ from tests.integration.conftest import (
     wait_for_topic,
     wait_until,
 )
+from tests.integration.test_spatial import COLUMNS as SPATIAL_COLUMNS
+from tests.integration.test_spatial import EXPECTED as SPATIAL_EXPECTED
+from tests.integration.test_spatial import generated_mapping, insert
 from tests.integration.test_types import COLUMNS, EXPECTED, MAPPING, insert_every_type
 
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
@@ -112,3 +118,21 @@ async def test_a_column_added_while_stopped_is_mapped_without_schemas_too(
         index = (await es.request("GET", f"/{table.alias}/_mapping"))
         (body,) = index.values()
         assert body["mappings"]["properties"]["popularity"]["type"] in ("scaled_float", "double")
+
+
+async def test_spatial_columns_without_schemas_as_with_them(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, tmp_path: Any) -> None:
+    table = make_table(SPATIAL_COLUMNS)
+    with schemaless_connector(table) as prefix:
+        topic = f"{prefix}.{DATABASE}.{table.name}"
+        config = make_config(table.entry(topic=topic))
+
+        (tmp_path / f"{table.alias}.json").write_bytes(
+            orjson.dumps(await generated_mapping(es, config, table)))
+        sql(db, f"INSERT INTO `{table.name}` (id) VALUES (0)")  # the topic, before the rows
+        await wait_for_topic(topic)
+        sql(db, f"DELETE FROM `{table.name}` WHERE id = 0")
+        insert(db, table.name)
+        async with running(config):
+            await wait_for_documents(es, table.alias, SPATIAL_EXPECTED)
+            assert (await reconcile(config, config.tables[0], settle_s=0)).clean

@@ -1,6 +1,7 @@
-"""Every spatial type from MariaDB through real Debezium (with and without schemas) and the
-reindex into geo_point and geo_shape fields: the same GeoJSON, found by geo queries, and
-reconciled exactly (the checksums hash the stored bytes)."""
+"""Every spatial type from MariaDB through real Debezium and the reindex into geo_point and
+geo_shape fields: the same GeoJSON, found by geo queries, and reconciled exactly (the checksums
+hash the stored bytes). Without schemas: test_schemaless (its second connector runs on the
+default stack only)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.integration.conftest import (
     wait_for_topic,
 )
 from tests.integration.test_cli import indexer
-from tests.integration.test_schemaless import schemaless_connector
+from tests.integration.test_reconcile import behind_the_back
 
 pytestmark = pytest.mark.servers
 
@@ -124,37 +125,25 @@ async def test_spatial_columns_stream_reindex_query_and_reconcile(
     assert (await reconcile(config, entry, settle_s=0)).clean
 
 
-async def test_spatial_columns_without_schemas_as_with_them(
+async def test_validate_notes_an_srid_the_search_server_cannot_represent(
         db: Any, es: SearchClient, make_table: Any, make_config: Any, tmp_path: Any) -> None:
-    table = make_table(COLUMNS)
-    with schemaless_connector(table) as prefix:
-        topic = f"{prefix}.{DATABASE}.{table.name}"
-        config = make_config(table.entry(topic=topic))
-
+    table = make_table("id INT PRIMARY KEY")
+    # Debezium 3.5's DDL parser stops its task at REF_SYSTEM_ID (README): the binlog is off
+    # while this table is made and dropped, and nothing streams from it.
+    columns = "id INT PRIMARY KEY, here POINT REF_SYSTEM_ID=4326, there POINT REF_SYSTEM_ID=3857"
+    behind_the_back(db, f"DROP TABLE `{table.name}`", f"CREATE TABLE `{table.name}` ({columns})")
+    try:
+        config_file = tmp_path / "indexer.toml"
+        config = make_config(table.entry(), file=config_file)
+        assert [c.srid for c in read_layout(config.mysql, DATABASE, table.name).columns] == [
+            0, 4326, 3857]
         (tmp_path / f"{table.alias}.json").write_bytes(
             orjson.dumps(await generated_mapping(es, config, table)))
-        sql(db, f"INSERT INTO `{table.name}` (id) VALUES (0)")  # the topic, before the rows
-        await wait_for_topic(topic)
-        sql(db, f"DELETE FROM `{table.name}` WHERE id = 0")
-        insert(db, table.name)
-        async with running(config):
-            await wait_for_documents(es, table.alias, EXPECTED)
-            assert (await reconcile(config, config.tables[0], settle_s=0)).clean
-
-
-async def test_validate_notes_an_srid_the_search_server_cannot_represent(
-        es: SearchClient, make_table: Any, make_config: Any, tmp_path: Any) -> None:
-    table = make_table("id INT PRIMARY KEY, here POINT REF_SYSTEM_ID=4326, "
-                       "there POINT REF_SYSTEM_ID=3857")
-    config_file = tmp_path / "indexer.toml"
-    config = make_config(table.entry(), file=config_file)
-    assert [c.srid for c in read_layout(config.mysql, DATABASE, table.name).columns] == [
-        0, 4326, 3857]
-    (tmp_path / f"{table.alias}.json").write_bytes(
-        orjson.dumps(await generated_mapping(es, config, table)))
-    result = await indexer("mappings", "validate", "-c", str(config_file))
-    assert result.returncode == 0, result.stderr  # notes, not problems: no row is refused
-    notes = [line for line in result.stderr.splitlines() if ": note: " in line]
-    assert any("there: declares SRID 3857, which geo_point cannot represent" in n
-               for n in notes), notes
-    assert any("here: geo_point reads coordinates as WGS 84" in n for n in notes), notes
+        result = await indexer("mappings", "validate", "-c", str(config_file))
+        assert result.returncode == 0, result.stderr  # notes, not problems: no row is refused
+        notes = [line for line in result.stderr.splitlines() if ": note: " in line]
+        assert any("there: declares SRID 3857, which geo_point cannot represent" in n
+                   for n in notes), notes
+        assert any("here: geo_point reads coordinates as WGS 84" in n for n in notes), notes
+    finally:
+        behind_the_back(db, f"DROP TABLE `{table.name}`")

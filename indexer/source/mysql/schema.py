@@ -66,7 +66,9 @@ def read_layout(settings: MySQLSettings, database: str, table: str) -> TableLayo
 
 def _srids(cur: Any, database: str, table: str, flavor: Flavor) -> dict[str, int]:
     """The SRIDs spatial columns declare (MariaDB's REF_SYSTEM_ID, MySQL 8's SRID)."""
-    query = ("SELECT F_GEOMETRY_COLUMN, SRID FROM information_schema.GEOMETRY_COLUMNS "
+    # MariaDB 10.11 leaves F_GEOMETRY_COLUMN empty and names the column in G_GEOMETRY_COLUMN.
+    query = ("SELECT COALESCE(NULLIF(F_GEOMETRY_COLUMN, ''), G_GEOMETRY_COLUMN), SRID "
+             "FROM information_schema.GEOMETRY_COLUMNS "
              "WHERE F_TABLE_SCHEMA = %s AND F_TABLE_NAME = %s" if flavor == "mariadb" else
              "SELECT COLUMN_NAME, SRS_ID FROM information_schema.ST_GEOMETRY_COLUMNS "
              "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s")
