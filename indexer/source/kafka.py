@@ -8,7 +8,7 @@ import importlib
 import logging
 import re
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -327,26 +327,28 @@ class Producer:
                 await self.send(topic, key, value, headers)
 
 
-async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
-    """The partition numbers of a topic; empty when it does not exist."""
+@contextlib.asynccontextmanager
+async def admin_client(settings: KafkaSettings) -> AsyncIterator[AIOKafkaAdminClient]:
+    """An admin client for one short task, closed after it."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers,
                                 **client_security(settings))
     await admin.start()
     try:
-        return await partition_numbers(admin, topic)
+        yield admin
     finally:
         await admin.close()
+
+
+async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
+    """The partition numbers of a topic; empty when it does not exist."""
+    async with admin_client(settings) as admin:
+        return await partition_numbers(admin, topic)
 
 
 async def missing_topics(settings: KafkaSettings, topics: Sequence[str]) -> list[str]:
     """Those of the topics that do not exist (listed, never asked for by name)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers,
-                                **client_security(settings))
-    await admin.start()
-    try:
+    async with admin_client(settings) as admin:
         existing = set(await admin.list_topics())
-    finally:
-        await admin.close()
     return [t for t in topics if t not in existing]
 
 
