@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from indexer.join_config import parse_joins
 from indexer.security import Secret, redact_url
 from indexer.settings import (
     DEFAULT_CANARY_TABLE,
@@ -93,7 +94,7 @@ def _apply_table_environment(raw: dict[str, Any], name: str, key: str, value: st
         found = "no" if not matches else "more than one"
         raise ConfigError(f"{name}: {found} configured table is named {table!r} (write "
                           "INDEXER_TABLES__<table or alias>__<setting>)")
-    if setting in ("rename", "column_types"):
+    if setting in ("rename", "column_types", "lookups", "children"):
         try:
             parsed = orjson.loads(value)
         except orjson.JSONDecodeError as exc:
@@ -260,7 +261,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
     allowed = {"name", "topic", "alias", "mapping", "version", "include", "exclude", "rename",
-               "column_types", "new_columns", "changed_column"}
+               "column_types", "new_columns", "changed_column", "lookups", "children"}
     for key in raw:
         if key not in allowed:
             known = ", ".join(sorted(allowed))
@@ -299,19 +300,25 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         changed_column = str(changed_column)
         if changed_column:
             _check_identifier(changed_column, f"{where}.changed_column")
+    version = _version_source(str(raw.get("version", "binlog")), f"{where}.version")
+    joins = parse_joins(raw, where, database, table, connector, _names)
+    if joins and version.kind != "binlog":
+        raise ConfigError(f"{where}.version: joined documents need binlog versions: a column's "
+                          "version does not order changes across the tables of a document")
     return TableConfig(
         database=database,
         table=table,
         topic=str(raw.get("topic", f"{connector.topic_prefix}.{name}")),
         alias=alias,
         mapping=str(raw.get("mapping", f"{alias}.json")),
-        version=_version_source(str(raw.get("version", "binlog")), f"{where}.version"),
+        version=version,
         include=include,
         exclude=exclude,
         rename=dict(rename),
         column_types={str(k): str(v) for k, v in column_types.items()},
         new_columns=new_columns,
         changed_column=changed_column,
+        joins=joins,
     )
 
 

@@ -66,6 +66,12 @@ DEFAULT_VERIFY_LOAD_SHARE = 0.05
 DEFAULT_VERIFY_SETTLE_S = 5.0
 # The quick pass over rows changed recently (tables with a column saying when) runs this often.
 DEFAULT_VERIFY_RECENT_EVERY_S = 60.0
+# A document's children are capped at Elasticsearch's own limit of nested objects per document
+# (index.mapping.nested_objects.limit): a longer array would be refused whole.
+DEFAULT_CHILDREN_MAX = 10_000
+# Joins nest at most this deep below the document's table: each level is one more query for
+# every change (walking up) and for every batch of documents (reading down).
+MAX_JOIN_DEPTH = 5
 
 DecimalMode = Literal["precise", "string", "double"]
 BinaryMode = Literal["bytes", "base64"]
@@ -77,6 +83,7 @@ SnapshotPositionMode = Literal["auto", "status", "lock"]
 NewColumns = Literal["map", "keep"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 LogFormat = Literal["console", "json"]
+JoinKind = Literal["lookup", "child"]
 
 
 class ConfigError(ValueError):
@@ -276,6 +283,37 @@ class VersionSource:
 
 
 @dataclass(frozen=True)
+class JoinSettings:
+    """A table joined into a document: a lookup (many-to-one: one object, or null) or children
+    (one-to-many: an array of objects), either with joins of its own."""
+
+    name: str  # the field of the parent's object it fills
+    kind: JoinKind
+    database: str
+    table: str
+    topic: str
+    # (the parent's column, this table's column) pairs, in order: a composite key's columns
+    on: tuple[tuple[str, str], ...]
+    include: tuple[str, ...] | None = None  # None: every column; (): none (a link table)
+    exclude: tuple[str, ...] = ()
+    rename: Mapping[str, str] = field(default_factory=dict)
+    # Children's order: (column, descending); the child's primary key breaks ties.
+    order_by: tuple[tuple[str, bool], ...] = ()
+    max: int = DEFAULT_CHILDREN_MAX  # children kept per parent; more are counted as truncated
+    # A field of the joined object (a path through its lookups, "tag.name") to embed instead
+    # of the object: tags = ["green", "organic"] rather than [{"tag": {"name": "green"}}, ...].
+    value: tuple[str, ...] | None = None
+    # Joins whose columns have no index in one direction are refused (each change, or each
+    # batch of documents, would scan a table) unless allowed here.
+    allow_unindexed: bool = False
+    joins: tuple[JoinSettings, ...] = ()
+
+    @functools.cached_property
+    def full_name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+@dataclass(frozen=True)
 class TableConfig:
     database: str
     table: str
@@ -297,6 +335,9 @@ class TableConfig:
     changed_column: str | None = None
     # The canary's own table: its index mapping is built in, and it is no user's table.
     canary: bool = False
+    # Tables joined into each document (lookups and children, nested): a document is then
+    # the row with them, rebuilt from MySQL whenever any row of its tree changes.
+    joins: tuple[JoinSettings, ...] = ()
 
     @functools.cached_property
     def name(self) -> str:

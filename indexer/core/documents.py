@@ -172,11 +172,7 @@ class DocumentBuilder:
             doc = orjson.dumps(document)
         except orjson.JSONEncodeError as exc:  # a malformed event: an integer past 64 bits
             raise DecodeError("bad-value", f"the row cannot be written as JSON: {exc}") from exc
-        single = next(iter(key.values())) if len(key) == 1 else None
-        if type(single) is int and MIN_LONG <= single <= MAX_VERSION:
-            chunk, number = b"key", single
-        else:
-            chunk, number = b"bucket", key_bucket(doc_id)
+        chunk, number = chunk_field(key, doc_id)
         # Spliced in by hand rather than merged: the row may be the decoder's own dict, left
         # untouched, and this runs once per document.
         return b'%b%b"%b":{"hash":%d,"%b":%d}}' % (
@@ -213,6 +209,15 @@ class DocumentBuilder:
         version = self.row_version(row)
         # A delete leaves the version column as it was: it must outrank the row it removes.
         return version + 1 if deleted else version
+
+
+def chunk_field(key: Mapping[str, Any], doc_id: str) -> tuple[bytes, int]:
+    """Where reconciliation finds the document: ``key`` (a single integer key's value) or
+    ``bucket`` (crc32 of the id)."""
+    single = next(iter(key.values())) if len(key) == 1 else None
+    if type(single) is int and MIN_LONG <= single <= MAX_VERSION:
+        return b"key", single
+    return b"bucket", key_bucket(doc_id)
 
 
 def key_bucket(doc_id: str) -> int:

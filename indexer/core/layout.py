@@ -25,6 +25,15 @@ class Column:
         return "unsigned" in self.column_type
 
 
+@dataclass(frozen=True)
+class Index:
+    """A secondary index of a table: its columns in order, and whether it is unique."""
+
+    name: str
+    columns: tuple[str, ...]
+    unique: bool
+
+
 # (document field name, the column it holds): what the checksums cover.
 Field = tuple[str, Column]
 

@@ -1,0 +1,471 @@
+"""Joined documents: a table's row with its lookups (many-to-one, an object) and children
+(one-to-many, an array of objects), nested, as one document.
+
+Pure. A :class:`Tree` is the configuration's joins (:class:`~indexer.settings.JoinSettings`)
+laid over the tables' layouts: its nodes, what each projects, how each finds its parent's rows
+(:func:`climb`, the walk from a changed row up to the documents it is part of) and how the
+rows read for a batch of documents become those documents (:func:`assemble`). The daemon,
+the reindex and reconciliation all build joined documents here, from rows read from MySQL,
+so a document is the same whichever of them wrote it.
+
+A document records, beside its content hash and chunk, the lookup rows it embeds
+(``_indexer.refs``, ``<database>.<table>#<id>``): deleting a lookup row (a tag) may delete
+or change the rows that pointed at it (ON DELETE CASCADE or SET NULL in InnoDB, which the
+binlog does not carry), so MySQL no longer knows which documents held it; the index does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import orjson
+
+from indexer.core.checksums import content_hash
+from indexer.core.documents import META_FIELD, Write, chunk_field, document_id, tombstone
+from indexer.core.layout import Column, Index, TableLayout
+from indexer.settings import JoinSettings, TableConfig
+
+NodeKind = Literal["root", "lookup", "child"]
+Row = dict[str, Any]
+Values = tuple[Any, ...]
+# Column types whose values cannot be matched across tables as the server matches them.
+UNJOINABLE_TYPES = ("float", "double", "real", "json", "bit", "set", "tinyblob", "blob",
+                    "mediumblob", "longblob", "tinytext", "text", "mediumtext", "longtext",
+                    "point", "linestring", "polygon", "geometry", "multipoint",
+                    "multilinestring", "multipolygon", "geometrycollection", "geomcollection")
+_META = META_FIELD.encode()
+
+
+@dataclass(frozen=True)
+class Node:
+    """One table's place in a document: the root, or a join below its parent."""
+
+    index: int
+    parent: int  # -1 for the root
+    path: str  # "" for the root, else the dotted field path: "variants.colour"
+    name: str  # the field it fills in its parent's object ("" for the root)
+    kind: NodeKind
+    database: str
+    table: str
+    topic: str
+    # (the parent's column, this table's column) pairs; empty for the root
+    on: tuple[tuple[str, str], ...]
+    key: tuple[str, ...]  # this table's primary key
+    columns: tuple[Column, ...]
+    fields: tuple[tuple[str, str], ...]  # (column, document field) for the columns it shows
+    order_by: tuple[tuple[str, bool], ...]
+    max: int
+    value: tuple[str, ...] | None
+    allow_unindexed: bool
+    joins: tuple[int, ...] = ()
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    @property
+    def parent_columns(self) -> tuple[str, ...]:
+        return tuple(parent for parent, _ in self.on)
+
+    @property
+    def own_columns(self) -> tuple[str, ...]:
+        return tuple(own for _, own in self.on)
+
+    def label(self) -> str:
+        return self.path or self.full_name
+
+    def ref(self, row: Mapping[str, Any]) -> str:
+        """How a document names a lookup row it embeds."""
+        return ref(self.full_name, {k: row[k] for k in self.key})
+
+
+def ref(table: str, key: Mapping[str, Any]) -> str:
+    return f"{table}#{document_id(key)}"
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A table's document and every table joined into it, depth first from the root."""
+
+    alias: str
+    nodes: tuple[Node, ...]
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[0]
+
+    def places(self, table: str) -> tuple[Node, ...]:
+        """The nodes of a table (``database.table``): one table may be joined in twice."""
+        return tuple(n for n in self.nodes if n.full_name == table)
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n.full_name for n in self.nodes))
+
+    @property
+    def topics(self) -> dict[str, str]:
+        """topic -> table, for every table of the tree."""
+        return {n.topic: n.full_name for n in self.nodes}
+
+    def levels(self) -> list[list[Node]]:
+        """The joins level by level below the root: what one query per level reads."""
+        found: list[list[Node]] = []
+        current = [self.root]
+        while current := [self.nodes[j] for n in current for j in n.joins]:
+            found.append(current)
+        return found
+
+
+def tree_tables(table: TableConfig) -> list[tuple[str, str]]:
+    """(database, table) of every table of a table's document, the table first."""
+    found = [(table.database, table.table)]
+
+    def visit(joins: tuple[JoinSettings, ...]) -> None:
+        for join in joins:
+            if (join.database, join.table) not in found:
+                found.append((join.database, join.table))
+            visit(join.joins)
+
+    visit(table.joins)
+    return found
+
+
+def build(table: TableConfig, layouts: Mapping[str, TableLayout]) -> Tree:
+    """The tree of a table with joins, over its tables' layouts (``database.table`` ->
+    layout). Columns the configuration names are assumed to exist: :func:`check` says."""
+    nodes: list[Node] = []
+
+    def add(parent: int, path: str, name: str, kind: NodeKind, settings: JoinSettings | None,
+            ) -> int:
+        database = settings.database if settings else table.database
+        name_of = settings.table if settings else table.table
+        layout = layouts[f"{database}.{name_of}"]
+        include = settings.include if settings else (table.include or None)
+        exclude = settings.exclude if settings else table.exclude
+        rename = settings.rename if settings else table.rename
+        joins = settings.joins if settings else table.joins
+        taken = {j.name for j in joins}
+        fields = tuple((c.name, rename.get(c.name, c.name)) for c in layout.columns
+                       if (include is None or c.name in include) and c.name not in exclude
+                       and rename.get(c.name, c.name) not in taken)
+        index = len(nodes)
+        nodes.append(Node(
+            index=index, parent=parent, path=path, name=name, kind=kind, database=database,
+            table=name_of, topic=settings.topic if settings else table.topic,
+            on=settings.on if settings else (), key=tuple(c.name for c in layout.key),
+            columns=layout.columns, fields=fields,
+            order_by=settings.order_by if settings else (),
+            max=settings.max if settings else 1, value=settings.value if settings else None,
+            allow_unindexed=settings.allow_unindexed if settings else False))
+        children = tuple(add(index, f"{path}.{j.name}" if path else j.name, j.name, j.kind, j)
+                         for j in joins)
+        nodes[index] = replace(nodes[index], joins=children)
+        return index
+
+    add(-1, "", "", "root", None)
+    return Tree(table.alias, tuple(nodes))
+
+
+def check(table: TableConfig, layouts: Mapping[str, TableLayout],
+          indexes: Mapping[str, Sequence[Index]]) -> list[str]:
+    """Why a table's joins cannot work as configured (empty: they can): columns that do not
+    exist, fields that clash, join columns of types that cannot be matched, lookups that can
+    match several rows, and joins without an index in either direction unless allowed."""
+    problems: list[str] = []
+    where = f"tables[{table.name}]"
+
+    def visit(parent: TableLayout, parent_where: str, shown: set[str],
+              joins: tuple[JoinSettings, ...]) -> None:
+        for join in joins:
+            here = f"{parent_where}.{'lookups' if join.kind == 'lookup' else 'children'}." \
+                   f"{join.name}"
+            layout = layouts[join.full_name]
+            names = {c.name for c in layout.columns}
+            columns = {c.name: c for c in layout.columns}
+            parent_columns = {c.name: c for c in parent.columns}
+            if join.name in shown:
+                problems.append(f"{here}: the field {join.name!r} is also a column of "
+                                f"{parent.database}.{parent.table}: rename or exclude one")
+            for parent_column, column in join.on:
+                for name, found, table_name in ((parent_column, parent_columns, parent.table),
+                                                (column, columns, join.table)):
+                    if name not in found:
+                        problems.append(f"{here}.on: {table_name} has no column {name!r}")
+                    elif found[name].data_type in UNJOINABLE_TYPES:
+                        problems.append(f"{here}.on: {table_name}.{name} is a "
+                                        f"{found[name].column_type}, whose values cannot be "
+                                        "matched as MySQL matches them: join on a key column")
+            for setting, listed in (("include", join.include or ()), ("exclude", join.exclude),
+                                    ("rename", tuple(join.rename)),
+                                    ("order_by", tuple(c for c, _ in join.order_by))):
+                for name in listed:
+                    if name not in names:
+                        problems.append(f"{here}.{setting}: {join.table} has no column {name!r}")
+            if problems:
+                continue
+            own = tuple(c for _, c in join.on)
+            theirs = tuple(p for p, _ in join.on)
+            if join.kind == "lookup" and not _unique(own, layout, indexes.get(join.full_name)):
+                problems.append(f"{here}.on: {join.table}({', '.join(own)}) is neither its "
+                                "primary key nor a unique key: a lookup must match at most one "
+                                "row (make it a child to embed every match)")
+            if not join.allow_unindexed:
+                for cols, tbl, full, why in (
+                        (own, join.table, join.full_name, "reading documents"),
+                        (theirs, parent.table, f"{parent.database}.{parent.table}",
+                         "finding the documents a change touches")):
+                    if not _indexed(cols, layouts[full], indexes.get(full)):
+                        problems.append(
+                            f"{here}: no index on {tbl}({', '.join(cols)}), so {why} would scan "
+                            f"the table for every batch: add one (CREATE INDEX ... ON "
+                            f"{tbl} ({', '.join(cols)})) or set allow_unindexed = true")
+            fields = _shown(join, layout)
+            if join.value is not None and not _value_exists(join, layouts):
+                problems.append(f"{here}.value: no field {'.'.join(join.value)!r} in the "
+                                "joined object")
+            visit(layout, here, fields, join.joins)
+
+    root = layouts[table.name]
+    names = {c.name for c in root.columns}
+    visit(root, where, {f for c, f in _fields(table, root) if c in names}, table.joins)
+    return problems
+
+
+def _fields(table: TableConfig, layout: TableLayout) -> list[tuple[str, str]]:
+    return [(c.name, table.rename.get(c.name, c.name)) for c in layout.columns
+            if (not table.include or c.name in table.include) and c.name not in table.exclude]
+
+
+def _shown(join: JoinSettings, layout: TableLayout) -> set[str]:
+    return {join.rename.get(c.name, c.name) for c in layout.columns
+            if (join.include is None or c.name in join.include) and c.name not in join.exclude}
+
+
+def _value_exists(join: JoinSettings, layouts: Mapping[str, TableLayout]) -> bool:
+    assert join.value is not None
+    node = join
+    for part in join.value[:-1]:
+        node = next(j for j in node.joins if j.name == part)
+    last = join.value[-1]
+    return last in _shown(node, layouts[node.full_name]) or any(
+        j.name == last for j in node.joins)
+
+
+def _unique(columns: tuple[str, ...], layout: TableLayout, indexes: Sequence[Index] | None,
+            ) -> bool:
+    wanted = set(columns)
+    if {c.name for c in layout.key} <= wanted:
+        return True
+    return any(i.unique and set(i.columns) <= wanted for i in indexes or ())
+
+
+def _indexed(columns: tuple[str, ...], layout: TableLayout,
+             indexes: Sequence[Index] | None) -> bool:
+    """An index (or the primary key) whose leading columns are these, in any order."""
+    wanted = set(columns)
+    keys = [tuple(c.name for c in layout.key), *(i.columns for i in indexes or ())]
+    return any(set(k[:len(wanted)]) == wanted for k in keys)
+
+
+# --- the walk up: from a changed row to the documents it is part of ------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """One level of the walk from a node to the root: rows of ``node`` (the parent of the
+    level below) whose ``match`` columns hold the values found so far; their ``select``
+    columns are the values for the next step (the root's key at the last). ``direct``: the
+    values already are root keys, no query needed."""
+
+    node: int
+    match: tuple[str, ...]
+    select: tuple[str, ...]
+    direct: bool
+
+
+def climb(tree: Tree, node: Node) -> list[Step]:
+    """The steps from ``node``'s own join values up to root keys."""
+    steps = []
+    while node.parent >= 0:
+        parent = tree.nodes[node.parent]
+        match = node.parent_columns
+        if parent.parent < 0:
+            select = parent.key
+            direct = set(match) == set(parent.key) and len(match) == len(parent.key)
+        else:
+            select = parent.own_columns
+            direct = False
+        steps.append(Step(parent.index, match, select, direct))
+        node = parent
+    return steps
+
+
+def as_root_keys(tree: Tree, step: Step, values: Iterable[Values]) -> list[Row]:
+    """Root keys from the values a direct step matches (the root's key, in another order)."""
+    order = [step.match.index(k) for k in tree.root.key]
+    return [{k: v[i] for k, i in zip(tree.root.key, order, strict=True)} for v in values]
+
+
+@dataclass
+class Touch:
+    """What one change of one table means for one tree: root keys it names itself, the
+    join values each of its nodes walks up from, and lookup rows it removed or re-keyed,
+    whose documents the index knows (``refs``)."""
+
+    roots: list[Row] = field(default_factory=list)
+    starts: dict[int, set[Values]] = field(default_factory=dict)  # node -> its own join values
+    refs: set[str] = field(default_factory=set)
+
+
+def touch(tree: Tree, table: str, before: Mapping[str, Any] | None,
+          after: Mapping[str, Any] | None) -> Touch:
+    """What a change of ``table`` (its before and after images) touches in the tree. Both
+    images count: a child moved to another parent leaves one document and joins another."""
+    found = Touch()
+    images = [i for i in (before, after) if i is not None]
+    for node in tree.places(table):
+        if node.parent < 0:
+            for image in images:
+                key = {k: image.get(k) for k in node.key}
+                if None not in key.values() and key not in found.roots:
+                    found.roots.append(key)
+            continue
+        values = found.starts.setdefault(node.index, set())
+        for image in images:
+            joined = tuple(image.get(c) for c in node.own_columns)
+            if None not in joined:
+                values.add(joined)
+        if node.kind == "lookup" and before is not None and _unlinked(node, before, after):
+            key = {k: before.get(k) for k in node.key}
+            if None not in key.values():
+                found.refs.add(node.ref(key))
+    return found
+
+
+def _unlinked(node: Node, before: Mapping[str, Any], after: Mapping[str, Any] | None) -> bool:
+    """A lookup row deleted, or its key or join columns changed: rows that pointed at it
+    may have been deleted, re-pointed or set NULL by the engine, without binlog events."""
+    if after is None:
+        return True
+    return any(before.get(c) != after.get(c) for c in (*node.key, *node.own_columns))
+
+
+# --- assembling documents from the rows read for them --------------------------------------
+
+@dataclass
+class Matches:
+    """A node's rows read for a batch, by the values of its own join columns, each list in
+    the node's order and at most its cap long; ``totals`` counts matches beyond the cap."""
+
+    rows: dict[Values, list[Row]] = field(default_factory=dict)
+    totals: dict[Values, int] = field(default_factory=dict)
+
+    def add(self, values: Values, row: Row, total: int = 0) -> None:
+        self.rows.setdefault(values, []).append(row)
+        if total > len(self.rows[values]):
+            self.totals[values] = total
+
+
+@dataclass
+class Assembled:
+    """One document (None: the root row is gone), with the lookup rows it embeds and the
+    children arrays it had to cut."""
+
+    key: Row
+    document: dict[str, Any] | None
+    refs: list[str] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)
+
+
+def wanted_values(node: Node, parents: Iterable[Row]) -> set[Values]:
+    """The join values of ``node`` that these rows of its parent point at (NULLs match
+    nothing, as in SQL)."""
+    columns = node.parent_columns
+    found = set()
+    for row in parents:
+        values = tuple(row.get(c) for c in columns)
+        if None not in values:
+            found.add(values)
+    return found
+
+
+def assemble(tree: Tree, roots: Sequence[tuple[Row, Row | None]],
+             matches: Mapping[int, Matches]) -> list[Assembled]:
+    """The documents of these roots ((key, row or None when gone)) from every node's rows."""
+    documents = []
+    for key, row in roots:
+        if row is None:
+            documents.append(Assembled(key, None))
+            continue
+        refs: set[str] = set()
+        truncated: set[str] = set()
+        document = _object(tree, tree.root, row, matches, refs, truncated)
+        documents.append(Assembled(key, document, sorted(refs), sorted(truncated)))
+    return documents
+
+
+def _object(tree: Tree, node: Node, row: Row, matches: Mapping[int, Matches], refs: set[str],
+            truncated: set[str]) -> dict[str, Any]:
+    obj = {name: row.get(column) for column, name in node.fields}
+    for index in node.joins:
+        join = tree.nodes[index]
+        values = tuple(row.get(c) for c in join.parent_columns)
+        found = matches[index]
+        rows = [] if None in values else found.rows.get(values, [])
+        if join.kind == "lookup":
+            if rows:
+                refs.add(join.ref(rows[0]))
+                obj[join.name] = _embed(join, _object(tree, join, rows[0], matches, refs,
+                                                      truncated))
+            else:
+                obj[join.name] = None
+            continue
+        if found.totals.get(values, len(rows)) > join.max or len(rows) > join.max:
+            truncated.add(join.path)
+            rows = rows[:join.max]
+        obj[join.name] = [_embed(join, _object(tree, join, r, matches, refs, truncated))
+                          for r in rows]
+    return obj
+
+
+def _embed(node: Node, obj: dict[str, Any]) -> Any:
+    if node.value is None:
+        return obj
+    value: Any = obj
+    for part in node.value:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def write_for(assembled: Assembled, version: int, deleted_at_ms: int) -> Write:
+    """The search-server write of a joined document: the document with ``_indexer`` (its
+    content hash, chunk, the lookup rows it embeds, the children arrays cut at their cap), or
+    a tombstone when its root row is gone."""
+    doc_id = document_id(assembled.key)
+    if assembled.document is None:
+        return Write(doc_id, version, tombstone(deleted_at_ms), deleted=True)
+    return Write(doc_id, version, body(assembled, doc_id), deleted=False)
+
+
+def body(assembled: Assembled, doc_id: str) -> bytes:
+    document = assembled.document
+    assert document is not None
+    chunk, number = chunk_field(assembled.key, doc_id)
+    meta: dict[str, Any] = {"hash": document_hash(document), chunk.decode(): number}
+    if assembled.refs:
+        meta["refs"] = assembled.refs
+    if assembled.truncated:
+        meta["truncated"] = assembled.truncated
+    doc = orjson.dumps(document)
+    return b'%b%b"%b":%b}' % (doc[:-1], b"," if len(doc) > 2 else b"", _META,
+                              orjson.dumps(meta))
+
+
+def document_hash(document: Mapping[str, Any]) -> int:
+    """A joined document's content hash: each field as :func:`content_hash` writes it, the
+    lookups and children as their JSON text. Reconciliation computes it from documents it
+    assembles from MySQL, so stream, reindex and reconcile agree by construction."""
+    return content_hash(document)
