@@ -12,6 +12,7 @@ from indexer.settings import ConfigError
 BULK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 AGE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 CANARY_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+FANOUT_BUCKETS = (1, 2, 5, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
 
 
 class Metrics:
@@ -86,6 +87,22 @@ class Metrics:
                                          "whole pass over the table took", ["table"], registry=r)
         self.verify_passed = Gauge("indexer_verify_last_pass_timestamp_seconds", "When the last "
                                    "whole pass over the table ended", ["table"], registry=r)
+
+        self.rebuilt = Counter("indexer_rebuilt", "Joined documents rebuilt from MySQL after "
+                               "a change of a table of their tree, by outcome (indexed, deleted, "
+                               "stale, failed)", ["table", "outcome"], registry=r)
+        self.rebuild_fanout = Histogram("indexer_rebuild_fanout", "Joined documents one change "
+                                        "touched", ["table"], buckets=FANOUT_BUCKETS,
+                                        registry=r)
+        self.rebuild_seconds = Histogram("indexer_rebuild_seconds", "From a batch's changes to "
+                                         "their joined documents confirmed by the search server "
+                                         "(a fan-out's pages each)", ["table"],
+                                         buckets=BULK_BUCKETS, registry=r)
+        self.rebuild_pending = Gauge("indexer_rebuild_pending_documents", "Documents of fan-outs "
+                                     "(one change touching many) not rebuilt yet", ["table"],
+                                     registry=r)
+        self.truncated = Counter("indexer_children_truncated", "Joined documents written with a "
+                                 "children array cut at its max", ["table", "path"], registry=r)
 
     def written_up_to(self, table: str, ts_ms: int) -> None:
         """The newest source commit time written for a table: freshness is computed from it

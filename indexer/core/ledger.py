@@ -1,11 +1,13 @@
-"""The in-order offset ledger: batches are written side by side, but their offsets are
-committed strictly in the order the batches were read, so a commit never covers a batch still
-being written, nor one that failed. Pure: the daemon reports what became of each batch and
-sends the offsets this hands out."""
+"""The in-order offset ledger: batches are written side by side, but each partition's offsets
+are committed strictly in the order its batches were read, so a commit never covers a batch
+still being written, nor one that failed. A batch may finish some partitions before others
+(a joined document's fan-out keeps only its own partition waiting). Pure: the daemon reports
+what became of each batch and sends the offsets this hands out."""
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -17,7 +19,7 @@ T = TypeVar("T")  # what stands for a batch (the daemon's task writing it)
 class _Entry(Generic[K, T]):
     tag: T
     offsets: dict[K, int]  # partition -> the next offset to read once this batch is done
-    done: bool = False
+    pending: set[K]  # partitions whose writes are not confirmed yet
     error: BaseException | None = None
 
 
@@ -25,31 +27,57 @@ class _Entry(Generic[K, T]):
 class OffsetLedger(Generic[K, T]):
     _entries: deque[_Entry[K, T]] = field(default_factory=deque)
     _ready: dict[K, int] = field(default_factory=dict)  # done, in order, not handed out
+    _given: dict[K, int] = field(default_factory=dict)  # the highest offset handed out
     # The error of the oldest batch that failed: nothing at or after it may be committed.
     failure: BaseException | None = None
 
     def add(self, tag: T, offsets: dict[K, int]) -> None:
-        self._entries.append(_Entry(tag, dict(offsets)))
+        self._entries.append(_Entry(tag, dict(offsets), set(offsets)))
 
-    def finish(self, tag: T, error: BaseException | None = None) -> None:
-        """The batch ``tag`` stands for is written (or failed with ``error``)."""
+    def finish(self, tag: T, error: BaseException | None = None, *,
+               partitions: Iterable[K] | None = None, keep: Iterable[K] = ()) -> None:
+        """The batch ``tag`` stands for is written (or failed with ``error``): all of it, or
+        only ``partitions``, or all but ``keep``."""
         for entry in self._entries:
             if entry.tag is tag:
-                entry.done, entry.error = True, error
+                if error is not None:
+                    entry.error = error
+                elif partitions is not None:
+                    entry.pending.difference_update(partitions)
+                else:
+                    entry.pending.intersection_update(keep)
                 break
-        while self._entries and self._entries[0].done and self.failure is None:
-            head = self._entries[0]
-            if head.error is not None:
-                self.failure = head.error
+        self._settle()
+
+    def _settle(self) -> None:
+        """Hands out, per partition, the offsets of its batches done before the first of its
+        batches still being written."""
+        blocked: set[K] = set()
+        settled = True  # every batch before this one is done
+        for entry in self._entries:
+            if entry.error is not None:
+                if settled:  # earlier batches may still succeed and be committed first
+                    self.failure = self.failure or entry.error
                 break
+            settled = settled and not entry.pending
+            for partition, offset in entry.offsets.items():
+                if partition in blocked:
+                    continue
+                if partition in entry.pending:
+                    blocked.add(partition)
+                elif offset > self._given.get(partition, -1):
+                    self._ready[partition] = self._given[partition] = offset
+        while self._entries and not self._entries[0].pending and self._entries[0].error is None:
             self._entries.popleft()
-            self._ready.update(head.offsets)
 
     def take(self) -> dict[K, int]:
-        """The offsets to commit now: those of every batch done before the oldest one still
-        being written (merged per partition), each handed out once."""
+        """The offsets to commit now (merged per partition), each handed out once."""
         ready, self._ready = self._ready, {}
         return ready
+
+    def holds(self, tag: T) -> bool:
+        """Whether the batch still has partitions being written."""
+        return any(entry.tag is tag and entry.pending for entry in self._entries)
 
     @property
     def oldest(self) -> T | None:

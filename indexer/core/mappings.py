@@ -39,6 +39,9 @@ META_MAPPING: dict[str, Any] = {
         "hash": {"type": "long"},
         "key": {"type": "long"},
         "bucket": {"type": "integer"},
+        # Joined documents: the lookup rows each embeds, and its children arrays cut at their cap.
+        "refs": {"type": "keyword"},
+        "truncated": {"type": "keyword"},
     }
 }
 # Searches through the read alias skip tombstones.

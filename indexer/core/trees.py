@@ -24,7 +24,7 @@ import orjson
 
 from indexer.core.checksums import content_hash
 from indexer.core.documents import META_FIELD, Write, chunk_field, document_id, tombstone
-from indexer.core.layout import Column, Index, TableLayout
+from indexer.core.layout import Column, Flavor, Index, TableLayout
 from indexer.settings import JoinSettings, TableConfig
 
 NodeKind = Literal["root", "lookup", "child"]
@@ -91,6 +91,7 @@ class Tree:
 
     alias: str
     nodes: tuple[Node, ...]
+    flavor: Flavor = "mariadb"  # the server's
 
     @property
     def root(self) -> Node:
@@ -165,7 +166,7 @@ def build(table: TableConfig, layouts: Mapping[str, TableLayout]) -> Tree:
         return index
 
     add(-1, "", "", "root", None)
-    return Tree(table.alias, tuple(nodes))
+    return Tree(table.alias, tuple(nodes), layouts[table.name].flavor)
 
 
 def check(table: TableConfig, layouts: Mapping[str, TableLayout],
@@ -301,10 +302,39 @@ def climb(tree: Tree, node: Node) -> list[Step]:
     return steps
 
 
-def as_root_keys(tree: Tree, step: Step, values: Iterable[Values]) -> list[Row]:
-    """Root keys from the values a direct step matches (the root's key, in another order)."""
-    order = [step.match.index(k) for k in tree.root.key]
-    return [{k: v[i] for k, i in zip(tree.root.key, order, strict=True)} for v in values]
+def root_values(tree: Tree, step: Step, values: Values) -> Values:
+    """The root key (in its order) from the values a direct step matches."""
+    return tuple(values[step.match.index(k)] for k in tree.root.key)
+
+
+def root_key(tree: Tree, values: Values) -> Row:
+    return dict(zip(tree.root.key, values, strict=True))
+
+
+_INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint", "year")
+
+
+def root_values_of_id(tree: Tree, doc_id: str) -> Values:
+    """The root key (in key order, canonical values) a document id stands for: the inverse
+    of :func:`~indexer.core.documents.document_id` (parts joined by '|', '\\' escaping)."""
+    parts: list[str] = []
+    current: list[str] = []
+    escaped = False
+    for char in doc_id if len(tree.root.key) > 1 else ():
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "|":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts = [*parts, "".join(current)] if len(tree.root.key) > 1 else [doc_id]
+    types = {c.name: c.data_type for c in tree.root.columns}
+    return tuple(int(part) if types[name] in _INTEGERS else part
+                 for name, part in zip(tree.root.key, parts, strict=True))
 
 
 @dataclass

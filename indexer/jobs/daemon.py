@@ -9,27 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.build import current_build
 from indexer.core.canary import Beat
-from indexer.core.documents import DocumentBuilder
-from indexer.core.events import DecodeError, EnvelopeDecoder, LayoutChanged
+from indexer.core.documents import DocumentBuilder, pack_binlog_version
+from indexer.core.events import Change, DecodeError, EnvelopeDecoder, LayoutChanged
 from indexer.core.ledger import OffsetLedger
 from indexer.core.linger import Linger
 from indexer.core.sources import EPOCH_ZERO
 from indexer.jobs.dlq import dead_letter_for
 from indexer.jobs.follower import NotFollowed, SwitchFound
 from indexer.jobs.parts import Parts, PartsFactory, open_parts
+from indexer.jobs.rebuilds import Request
 from indexer.metrics import Metrics
 from indexer.search.retry import retrying
 from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
-from indexer.settings import Config, TableConfig
+from indexer.settings import Config, JoinSettings, TableConfig
 from indexer.source.kafka import Records
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ IDLE_POLL_MS = 500  # how long an empty fetch waits; bounds how late stop() is n
 # each bulk request over dozens of slices, and the pipeline runs dry (500 events per slice left
 # both cores idle a fifth of the time).
 DECODE_SLICE = 100
+# Fan-outs finishing in the background at once; more wait before the next batch is read.
+MAX_LATER = 8
 
 
 @dataclass(slots=True)
@@ -52,6 +56,16 @@ class Message:
     op_kind: str = ""  # c/u/r/d, or "tombstone"
     ts_ms: int = 0
     error: tuple[str, str] | None = None  # (kind, reason) when it cannot be decoded
+    requests: list[Request] | None = None  # joined documents it touches
+
+
+@dataclass
+class _Place:
+    """A tree (a table with joins) whose documents a topic's changes touch."""
+
+    alias: str
+    table: str  # the changed table, "database.table"
+    follow: TableConfig  # the tree's table, its epochs followed on this topic
 
 
 @dataclass
@@ -61,7 +75,8 @@ class _Table:
 
     config: TableConfig
     decoder: EnvelopeDecoder
-    builder: DocumentBuilder
+    builder: DocumentBuilder | None  # None: no document of its own (a tree's table)
+    places: list[_Place]
 
 
 @dataclass
@@ -81,18 +96,17 @@ class Daemon:
         self.metrics = metrics or Metrics()
         self._open_parts = parts or open_parts
         self._canary = config.canary_table
-        self._tables = {
-            t.topic: _Table(t, EnvelopeDecoder(config.connector, t.column_types,
-                                           watch_layouts=True),
-                            DocumentBuilder(t, config.mysql.server))
-            for t in (*config.tables, *((self._canary,) if self._canary else ()))
-        }
+        self._tables = consumed_tables(config)
         batch = config.batch
         self._linger = Linger(batch.linger_ms, batch.max_linger_ms,
                               min(batch.target_events, batch.max_events))
         self._stopping = asyncio.Event()
         self._ledger: OffsetLedger[TopicPartition, asyncio.Task[None]] = OffsetLedger()
         self._parts: Parts | None = None  # while run() runs
+        self._running: dict[asyncio.Task[None], None] = {}  # batches being written, in order
+        # Rebuilds finished in the background (fan-outs), each holding its batch's partitions.
+        self._later: dict[asyncio.Task[None], asyncio.Task[None]] = {}  # job -> its batch
+        self._holding: dict[asyncio.Task[None], set[TopicPartition]] = {}  # batch -> held
         self._saving: asyncio.Task[None] | None = None
         self._committing: asyncio.Task[None] | None = None
         self.started = asyncio.Event()
@@ -128,13 +142,17 @@ class Daemon:
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             await self._commit_done()
-            oldest = self._ledger.oldest
-            if oldest is not None and len(self._ledger) >= self.config.batch.in_flight:
+            oldest = next(iter(self._running), None)
+            if oldest is not None and len(self._running) >= self.config.batch.in_flight:
                 await self._wait_for(oldest)
+                continue
+            if len(self._later) >= MAX_LATER:  # fan-outs pile up: let one end first
+                await self._wait_for(next(iter(self._later)))
                 continue
             batch = await self._next_batch()
             if batch.messages:
                 task = asyncio.create_task(self._process(batch))
+                self._running[task] = None
                 self._ledger.add(task, batch.offsets)
                 task.add_done_callback(self._finished)
 
@@ -193,6 +211,9 @@ class Daemon:
             if isinstance(needed, LayoutChanged):
                 table = self._tables[record.topic]
                 await self._p.schemas.changed(table.config, table.decoder, needed)
+                rebuilds = self._p.rebuilds
+                if table.places and needed.previous is not None and rebuilds is not None:
+                    await rebuilds.reload(table.places[0].table)  # the trees read it anew
             else:
                 await self._follow(needed)
             try:
@@ -226,10 +247,14 @@ class Daemon:
                 return message
             message.op_kind = change.op
             message.ts_ms = change.position.ts_ms
-            epoch = EPOCH_ZERO
-            if table.builder.binlog_versions:
-                epoch = self._p.follower.epoch(table.config, record, change.position)
-            message.op = Op(table.config.alias, table.builder.write_for_change(change, epoch))
+            builder = table.builder
+            if builder is not None:
+                epoch = EPOCH_ZERO
+                if builder.binlog_versions:
+                    epoch = self._p.follower.epoch(table.config, record, change.position)
+                message.op = Op(table.config.alias, builder.write_for_change(change, epoch))
+            if table.places:
+                message.requests = self._requests(table, record, change)
         except (SwitchFound, NotFollowed, LayoutChanged):
             raise
         except DecodeError as exc:
@@ -239,6 +264,23 @@ class Daemon:
                           record.offset)
             message.error = ("internal-error", f"{type(exc).__name__}: {exc}")
         return message
+
+    def _requests(self, table: _Table, record: ConsumerRecord[bytes, bytes],
+                  change: Change) -> list[Request]:
+        """What the change touches in each tree its table is part of, versioned in the
+        tree's epoch (one record of epochs per tree, across all its tables' partitions)."""
+        found = []
+        rebuilds = self._p.rebuilds
+        assert rebuilds is not None, "tables with joins have their rebuilds"
+        position = change.position
+        for place in table.places:
+            epoch = self._p.follower.epoch(place.follow, record, position)
+            version = pack_binlog_version(position.file, position.pos, position.row, epoch)
+            touch = rebuilds.touch(place.alias, place.table, change.before, change.after)
+            if touch.roots or touch.starts or touch.refs:
+                found.append(Request(place.alias, touch, version, position.ts_ms, position.gtid,
+                                     _tp(record)))
+        return found
 
     async def _process(self, batch: Batch) -> None:
         sink = self._p.sink
@@ -258,8 +300,49 @@ class Daemon:
                 op.outcome = Outcome.STALE
         if latest:
             await sink.write(list(latest.values()))
+        requests = [r for m in batch.messages if m.requests for r in m.requests]
+        later: dict[TopicPartition, list[Request]] = {}
+        if requests:
+            rebuilds = self._p.rebuilds
+            assert rebuilds is not None
+            later = await rebuilds.rebuild(requests)
+        if later:  # each finished in the background, its partition held meanwhile
+            batch_task = asyncio.current_task()
+            assert batch_task is not None
+            self._holding[batch_task] = set(later)
+            for tp, waiting in later.items():
+                job = asyncio.create_task(self._finish_later(batch, waiting))
+                self._later[job] = batch_task
+                job.add_done_callback(functools.partial(self._finished_later, tp))
+            # Messages whose rebuilds are held are dead-lettered (if refused) when those end.
+            held = {id(r) for waiting in later.values() for r in waiting}
+            batch = Batch([m for m in batch.messages if not _holds(m, held)])
         await self._dead_letter(batch)
         self._count(batch)
+
+    async def _finish_later(self, batch: Batch, requests: list[Request]) -> None:
+        """A partition's fan-outs (and removed lookup rows) of a batch, rebuilt in the
+        background; then the messages that touched them are dead-lettered if refused."""
+        rebuilds = self._p.rebuilds
+        assert rebuilds is not None
+        await rebuilds.finish(requests)
+        ids = {id(r) for r in requests}
+        held = Batch([m for m in batch.messages if _holds(m, ids)])
+        await self._dead_letter(held)
+        self._count(held)
+
+    def _finished_later(self, tp: TopicPartition, job: asyncio.Task[None]) -> None:
+        batch_task = self._later.pop(job)
+        error = asyncio.CancelledError() if job.cancelled() else job.exception()
+        held = self._holding.get(batch_task, set())
+        held.discard(tp)
+        if not held:
+            self._holding.pop(batch_task, None)
+        if error is not None:
+            self._ledger.finish(batch_task, error)
+        elif batch_task.done():  # else the batch's own end settles it, minus what is held
+            self._ledger.finish(batch_task, partitions={tp})
+        self._advance()
 
     async def _dead_letter(self, batch: Batch) -> None:
         producer = self._p.dead_letters
@@ -270,10 +353,12 @@ class Daemon:
             if message.op is not None and message.op.outcome is Outcome.FAILED:
                 error = (message.op.error_kind, message.op.error_reason)
                 attempts = message.op.attempts
+            elif error is None and message.requests:
+                error = next((r.failure for r in message.requests if r.failure), None)
             if error is None:
                 continue
             record = message.record
-            if error[0] == MAPPING_CONFLICT:
+            if error[0] == MAPPING_CONFLICT and message.op is not None:
                 error = (error[0], f"{error[1]}; {mapping_hint(message.table)}")
             letter = dead_letter_for(record, error[0], error[1], attempts)
             log.error("dead-lettering %s[%d]@%d: %s: %s", record.topic, record.partition,
@@ -327,8 +412,10 @@ class Daemon:
         """A batch's task ended: the ledger hands the batches done at its head to the commit,
         in order; a fatal error (transient ones are retried inside) lets nothing at or after
         its batch be committed, and the loop raises it, which stops the daemon."""
+        self._running.pop(task, None)
         error = asyncio.CancelledError() if task.cancelled() else task.exception()
-        self._ledger.finish(task, error)
+        # The rest of the batch is written; partitions held by its fan-outs wait for them.
+        self._ledger.finish(task, error, keep=self._holding.get(task, ()))
         self._advance()
 
     def _advance(self) -> None:
@@ -381,15 +468,15 @@ class Daemon:
     async def _drain(self, grace_s: float) -> None:
         """Waits for in-flight batches (abandoning them after ``grace_s``) and commits the
         completed prefix."""
-        tasks = self._ledger.in_flight()
+        tasks = [*self._ledger.in_flight(), *self._later]  # batches and their fan-outs
         if tasks and self._ledger.failure is None:
             await asyncio.wait(tasks, timeout=grace_s)
         with contextlib.suppress(Exception):  # a failure is kept in the ledger
             await self._commit_done(wait=True)
-        if len(self._ledger):
+        if len(self._ledger) or self._later:
             log.warning("abandoning %d unfinished batches; they will be read again",
                         len(self._ledger))
-            abandoned = self._ledger.abandon()  # first: a cancelled batch is no failure here
+            abandoned = [*self._ledger.abandon(), *self._later]  # a cancelled one is no failure
             for task in abandoned:
                 task.cancel()
             for task in abandoned:
@@ -433,6 +520,49 @@ def _ends_per_partition(messages: list[Message]) -> list[tuple[Message, Message]
         else:
             pair[1] = message
     return [(first, last) for first, last in ends.values()]
+
+
+def _holds(message: Message, requests: set[int]) -> bool:
+    return bool(message.requests) and any(id(r) in requests for r in message.requests or ())
+
+
+def consumed_tables(config: Config) -> dict[str, _Table]:
+    """Every topic the daemon reads: each table's (its own documents, or a tree's root), the
+    canary's, and those of every table joined into a document, each with the trees its
+    changes touch."""
+    tables: dict[str, _Table] = {}
+    canary = (config.canary_table,) if config.canary_table else ()
+    for t in (*config.tables, *canary):
+        builder = None if t.joins else DocumentBuilder(t, config.mysql.server)
+        tables[t.topic] = _Table(t, EnvelopeDecoder(config.connector, t.column_types,
+                                                    watch_layouts=True), builder, [])
+    for root in config.tables:
+        if not root.joins:
+            continue
+        for topic, table in tree_topics(root).items():
+            if topic not in tables:
+                database, name = table.split(".")
+                # A table read only for documents of others: no index of its own, and its new
+                # columns are not mapped at the top of a document (they are nested).
+                config_of = TableConfig(database, name, topic, root.alias, "", root.version,
+                                        new_columns="keep")
+                tables[topic] = _Table(config_of, EnvelopeDecoder(
+                    config.connector, {}, watch_layouts=True), None, [])
+            tables[topic].places.append(_Place(root.alias, table, replace(root, topic=topic)))
+    return tables
+
+
+def tree_topics(table: TableConfig) -> dict[str, str]:
+    """topic -> "database.table" for a table with joins and every table joined into it."""
+    found = {table.topic: table.name}
+
+    def visit(joins: tuple[JoinSettings, ...]) -> None:
+        for join in joins:
+            found.setdefault(join.topic, join.full_name)
+            visit(join.joins)
+
+    visit(table.joins)
+    return found
 
 
 def _tp(record: ConsumerRecord[bytes, bytes]) -> TopicPartition:

@@ -77,7 +77,9 @@ class Follower:
         self._keys: dict[tuple[str, int], str] = {}
         self._saved_at = time.monotonic()
         # The partition of the previous event and its (key, cursor): most events follow one.
-        self._last_topic, self._last_partition = "", -1
+        # A topic may be followed twice (its table's registry, a joined document's), so the
+        # registry's alias is part of what the cache matches.
+        self._last_alias, self._last_topic, self._last_partition = "", "", -1
         self._last: tuple[Registry, str, Cursor] = (Registry(), "", Cursor())
 
     def epoch(self, table: TableConfig, record: ConsumerRecord[bytes, bytes],
@@ -87,14 +89,17 @@ class Follower:
         previous event, coordinates moving forward, no switch yet) stays inline."""
         if record.headers and (replayed := _replay_of(record)) is not None:
             return self._registries[table.alias].epoch_at(*replayed)
-        if record.partition == self._last_partition and record.topic == self._last_topic:
+        alias = table.alias
+        if (record.partition == self._last_partition and record.topic == self._last_topic
+                and alias == self._last_alias):
             registry, key, cursor = self._last
         else:
-            registry = self._registries[table.alias]
+            registry = self._registries[alias]
             found = self._keys.get((record.topic, record.partition))
-            if found is None or found not in self._owned[table.alias]:
+            if found is None or found not in self._owned[alias]:
                 raise NotFollowed(table, partition_key(record.topic, record.partition))
             key, cursor = found, registry.cursors[found]
+            self._last_alias = alias
             self._last_topic, self._last_partition = record.topic, record.partition
             self._last = (registry, key, cursor)
         offset = record.offset

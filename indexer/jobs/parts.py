@@ -15,13 +15,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka.structs import TopicPartition
 
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
+from indexer.core.trees import Touch
 from indexer.jobs.follower import Follower
+from indexer.jobs.rebuilds import Rebuilds, Request
 from indexer.jobs.schema_changes import SchemaWatch
 from indexer.jobs.verify import Verifier
 from indexer.metrics import Metrics
@@ -51,7 +53,7 @@ class TableParts(Protocol):
     @property
     def decoder(self) -> EnvelopeDecoder: ...
     @property
-    def builder(self) -> DocumentBuilder: ...
+    def builder(self) -> DocumentBuilder | None: ...
 
 
 class Source(Protocol):
@@ -77,6 +79,16 @@ class DeadLetters(Protocol):
                       headers: Sequence[tuple[str, bytes]], *, max_backoff_s: float) -> None: ...
 
 
+class Rebuilder(Protocol):
+    """What rebuilds joined documents (:class:`~indexer.jobs.rebuilds.Rebuilds`)."""
+
+    def touch(self, alias: str, table: str, before: Mapping[str, Any] | None,
+              after: Mapping[str, Any] | None) -> Touch: ...
+    async def rebuild(self, requests: Sequence[Request]) -> dict[Any, list[Request]]: ...
+    async def finish(self, requests: Sequence[Request]) -> None: ...
+    async def reload(self, table: str) -> None: ...
+
+
 class Schemas(Protocol):
     """What a new row layout does (:class:`~indexer.jobs.schema_changes.SchemaWatch`)."""
 
@@ -93,6 +105,7 @@ class Parts:
     dead_letters: DeadLetters
     follower: Follower  # binlog-versioned tables' sources, stored in a state store
     schemas: Schemas
+    rebuilds: Rebuilder | None = None  # tables with joins: their documents rebuilt
 
 
 # (config, metrics, the tables' decoders, the rebalance hook) -> the parts, as a context.
@@ -116,19 +129,33 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
         # First: a table MySQL does not have (a misspelt name) stops the start, indexless.
         await asyncio.gather(*(schemas.start(t.config, t.decoder)
                                for t in tables.values() if not t.config.canary))
-        for table in tables.values():
-            await ensure_table_index(sink.client, cfg, table.config)
-            if table.builder.binlog_versions:
-                await follower.load(table.config)
+        indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
+        for table_config in indexed:  # tables read only for others' documents have no index
+            await ensure_table_index(sink.client, cfg, table_config)
+            if table_config.version.kind == "binlog":
+                await follower.load(table_config)
         for topic in await missing_topics(cfg.kafka, list(tables)):
             log.warning("table %s: topic %s does not exist yet; it is read once it appears "
                         "(%s)", tables[topic].config.name, topic, TOPIC_HINT)
         async with (
+            _rebuilds(cfg, sink, metrics) as rebuilds,
             KafkaSource(cfg.kafka, list(tables), on_revoked) as source,
             contextlib.AsyncExitStack() as checks,
         ):
             await _start_checks(cfg, metrics, checks, source)
-            yield Parts(source, sink, producer, follower, schemas)
+            yield Parts(source, sink, producer, follower, schemas, rebuilds)
+
+
+@contextlib.asynccontextmanager
+async def _rebuilds(cfg: Config, sink: ElasticsearchSink,
+                    metrics: Metrics) -> AsyncIterator[Rebuilds | None]:
+    """The rebuilds of joined documents, when a table has joins: their trees are read from
+    MySQL and checked first (a join that cannot work stops the start with its reason)."""
+    if not any(t.joins for t in cfg.tables):
+        yield None
+        return
+    async with Rebuilds(cfg, sink.client, sink, metrics) as rebuilds:
+        yield rebuilds
 
 
 async def _start_checks(cfg: Config, metrics: Metrics, checks: contextlib.AsyncExitStack,

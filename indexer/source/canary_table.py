@@ -23,7 +23,7 @@ import pymysql
 from indexer.core.canary import Beat
 from indexer.metrics import Metrics
 from indexer.settings import ConfigError, MySQLSettings, TableConfig
-from indexer.source.mysql.connection import connect, quote
+from indexer.source.mysql.connection import connect, quote, replicates_from
 
 log = logging.getLogger(__name__)
 
@@ -51,32 +51,6 @@ def write_beat(conn: pymysql.connections.Connection[Any], table: TableConfig, gr
 class IntoReplica(Exception):
     """The canary's server replicates from another: a beat written there would be an errant
     transaction (a GTID of its own, which a fail-over to it then stumbles on)."""
-
-
-def replicates_from(conn: pymysql.connections.Connection[Any]) -> str | None:
-    """The primary this server replicates from ("host:port"), None when it is none's replica
-    or the user may not ask (then read_only is the only guard left)."""
-    with conn.cursor() as cur:
-        for statement in ("SHOW REPLICA STATUS", "SHOW SLAVE STATUS"):  # MySQL 8.4 / older
-            try:
-                cur.execute(statement)
-            except pymysql.err.ProgrammingError as exc:
-                if exc.args and exc.args[0] == 1064:  # syntax this server does not know
-                    continue
-                raise
-            except pymysql.err.OperationalError as exc:
-                if exc.args and exc.args[0] in (1227, 1045):  # needs SLAVE MONITOR or similar
-                    return None
-                raise
-            row = cur.fetchone()
-            if row is None:
-                return None
-            names = [d[0] for d in cur.description or ()]
-            status = dict(zip(names, row, strict=False))
-            host = status.get("Source_Host", status.get("Master_Host", "?"))
-            port = status.get("Source_Port", status.get("Master_Port", "?"))
-            return f"{host}:{port}"
-    return None
 
 
 def read_beat(settings: MySQLSettings, table: TableConfig,

@@ -8,9 +8,11 @@ values are always parameters.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pymysql
@@ -110,3 +112,61 @@ def gtid_position(settings: MySQLSettings, database: str) -> str | None:
 
 def qualified(layout: TableLayout) -> str:
     return f"{quote(layout.database)}.{quote(layout.table)}"
+
+
+def replicates_from(conn: pymysql.connections.Connection[Any]) -> str | None:
+    """The primary this server replicates from ("host:port"), None when it is none's replica
+    or the user may not ask (then read_only is the only guard left)."""
+    with conn.cursor() as cur:
+        for statement in ("SHOW REPLICA STATUS", "SHOW SLAVE STATUS"):  # MySQL 8.4 / older
+            try:
+                cur.execute(statement)
+            except pymysql.err.ProgrammingError as exc:
+                if exc.args and exc.args[0] == 1064:  # syntax this server does not know
+                    continue
+                raise
+            except pymysql.err.OperationalError as exc:
+                if exc.args and exc.args[0] in (1227, 1045):  # needs SLAVE MONITOR or similar
+                    return None
+                raise
+            row = cur.fetchone()
+            if row is None:
+                return None
+            names = [d[0] for d in cur.description or ()]
+            status = dict(zip(names, row, strict=False))
+            host = status.get("Source_Host", status.get("Master_Host", "?"))
+            port = status.get("Source_Port", status.get("Master_Port", "?"))
+            return f"{host}:{port}"
+    return None
+
+
+class Pool:
+    """Connections for worker threads, each used by one thread at a time and kept for the
+    next; one that failed mid-use is closed, not reused."""
+
+    def __init__(self, settings: MySQLSettings, database: str) -> None:
+        self._settings = settings
+        self._database = database
+        self._idle: list[pymysql.connections.Connection[Any]] = []
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[pymysql.connections.Connection[Any]]:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = connect(self._settings, self._database)
+        try:
+            yield conn
+        except BaseException:
+            conn.close()
+            raise
+        with self._lock:
+            self._idle.append(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.close()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from typing import Any
 
@@ -105,3 +106,19 @@ def id_sql(layout: TableLayout) -> str:
     escaped = [f"REPLACE(REPLACE({text_sql(c, layout.flavor)}, '\\\\', '\\\\\\\\'), '|', '\\\\|')"
                for c in key]
     return f"CONCAT_WS('|', {', '.join(escaped)})"
+
+
+def sql_param(column: Column, value: Any) -> Any:
+    """A canonical value (:mod:`indexer.core.values`, as documents and events carry it) as a
+    query parameter matching the column's stored value: binaries from their base64, date-times
+    without the ISO 'T' and 'Z'. Others are already what the server compares."""
+    if value is None:
+        return None
+    t = column.data_type
+    if t in BINARIES and isinstance(value, str):
+        return base64.b64decode(value)
+    if t in ("datetime", "timestamp") and isinstance(value, str):
+        return value.replace("T", " ").removesuffix("Z")
+    if t == "bit" and isinstance(value, bool):
+        return int(value)
+    return value

@@ -11,10 +11,10 @@ def test_offsets_are_handed_out_in_the_order_the_batches_were_read() -> None:
     ledger.add(second, {"p0": 20, "p1": 5})
     ledger.add(third, {"p1": 9})
     assert (len(ledger), ledger.oldest) == (3, first)
-    ledger.finish(second)  # done early: waits for the first
-    assert ledger.take() == {}
+    ledger.finish(second)  # done early: p0 waits for the first; no earlier batch read p1
+    assert ledger.take() == {"p1": 5}
     ledger.finish(first)
-    assert ledger.take() == {"p0": 20, "p1": 5}  # both, merged, the later offsets win
+    assert ledger.take() == {"p0": 20}  # both batches' p0, merged, the later offset wins
     assert ledger.take() == {}  # handed out once
     ledger.finish(third)
     assert ledger.take() == {"p1": 9} and len(ledger) == 0 and ledger.oldest is None
@@ -42,3 +42,16 @@ def test_abandoned_batches_are_forgotten_and_their_end_changes_nothing() -> None
     assert ledger.abandon() == [first, second] and len(ledger) == 0
     ledger.finish(first, RuntimeError("cancelled"))  # its task ends after the abandon
     assert ledger.failure is None and ledger.take() == {}
+
+
+def test_a_partition_held_by_a_fan_out_waits_alone() -> None:
+    ledger: OffsetLedger[str, object] = OffsetLedger()
+    fanning, after = object(), object()
+    ledger.add(fanning, {"categories": 4, "products": 10})
+    ledger.add(after, {"categories": 6, "products": 30})
+    ledger.finish(fanning, partitions={"products"})  # its category change still rebuilding
+    ledger.finish(after)
+    assert ledger.take() == {"products": 30}  # unrelated partitions go on
+    assert ledger.holds(fanning) and not ledger.holds(after) and len(ledger) == 2
+    ledger.finish(fanning, partitions={"categories"})
+    assert ledger.take() == {"categories": 6} and len(ledger) == 0

@@ -11,6 +11,7 @@ import pytest
 
 from indexer.config import build_config
 from indexer.core import trees
+from indexer.core.documents import document_id
 from indexer.core.layout import Column, Index, TableLayout
 from indexer.core.trees import Matches
 from indexer.settings import TableConfig
@@ -136,7 +137,7 @@ def test_the_walk_up_from_each_table() -> None:
     assert (step.node, step.match, step.select, step.direct) == (0, ("category_id",), ("id",),
                                                                  False)
     assert [s.direct for s in trees.climb(TREE, tag)] == [False, True]
-    assert trees.as_root_keys(TREE, direct, [(7,)]) == [{"id": 7}]
+    assert trees.root_values(TREE, direct, (7,)) == (7,)
 
 
 def test_a_moved_child_touches_both_parents() -> None:
@@ -210,3 +211,15 @@ def test_the_hash_sees_every_part() -> None:
                {**document, "variants": [{"id": 1}]}]
     hashes = {trees.document_hash(d) for d in [document, *changed]}
     assert len(hashes) == 4
+
+
+def test_ids_back_to_root_keys() -> None:
+    assert trees.root_values_of_id(TREE, "7") == (7,)
+    composite = trees.build(build_config({"tables": [{"name": "shop.product_tags"}]},
+                                         Path()).tables[0], LAYOUTS)
+    assert trees.root_values_of_id(composite, "7|3") == (7, 3)
+    strings = TableLayout("shop", "s", (column("a", "varchar", 1), column("b", "varchar", 2)))
+    tree = trees.build(build_config({"tables": [{"name": "shop.s"}]}, Path()).tables[0],
+                       {"shop.s": strings})
+    key = {"a": "eu|west", "b": "x\\y"}
+    assert trees.root_values_of_id(tree, document_id(key)) == ("eu|west", "x\\y")
