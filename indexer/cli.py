@@ -25,7 +25,7 @@ from indexer.security import Redactor
 from indexer.settings import Config, ConfigError, TableConfig
 
 if TYPE_CHECKING:
-    from indexer.core.layout import Column
+    from indexer.core.trees import Tree
 
 app = typer.Typer(help="Keeps Elasticsearch in sync with MySQL/MariaDB via Debezium.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -274,7 +274,7 @@ def mappings_validate(
 ) -> None:
     """Check every table's mapping file, and each mapping against the live table: every
     column whose values it would refuse or lose. Exit 0 fits, 1 would refuse or lose, 2 error."""
-    from indexer.core.field_types import check
+    from indexer.core.tree_mappings import check
     from indexer.search.admin import definition_for
 
     cfg = _config(config, log_level)
@@ -288,8 +288,7 @@ def mappings_validate(
         if files_only:
             err.print(f"{table.name}: {definition.source} ok")
             continue
-        columns, names = _columns(cfg, table)
-        problems, notes = check(columns, names, definition.mappings, table.new_columns)
+        problems, notes = check(_tree(cfg, table), definition.mappings, table.new_columns)
         for note in notes:
             err.print(f"{table.name}: note: {escape(note)}")
         for problem in problems:
@@ -315,7 +314,8 @@ def mappings_generate(
     """A mapping for each table from its columns in MySQL (include/exclude/rename applied)."""
     import orjson
 
-    from indexer.core.field_types import SERVERS, Capabilities, generate
+    from indexer.core.field_types import SERVERS, Capabilities
+    from indexer.core.tree_mappings import generate
     from indexer.search.admin import field_capabilities
     from indexer.search.client import SearchClient
 
@@ -333,7 +333,7 @@ def mappings_generate(
 
     caps = _run(cfg, capabilities())
     for table in selected:
-        text = orjson.dumps(generate(*_columns(cfg, table), caps),
+        text = orjson.dumps(generate(_tree(cfg, table), caps),
                             option=orjson.OPT_INDENT_2).decode() + "\n"
         if write:
             path = cfg.elasticsearch.mappings_dir / table.mapping
@@ -462,14 +462,12 @@ def _each_registry(config: Path | None, log_level: str | None, tables: list[str]
     _run(cfg, main())
 
 
-def _columns(cfg: Config, table: TableConfig) -> tuple[tuple[Column, ...], dict[str, str]]:
-    """The table's columns in MySQL, and column -> document field for those indexed."""
-    from indexer.core.documents import DocumentBuilder
-    from indexer.source.mysql import schema
+def _tree(cfg: Config, table: TableConfig) -> Tree:
+    """The table's document as MySQL's tables make it (with joins, every table of it; a
+    join that cannot work stops the command with its reason)."""
+    from indexer.source.mysql.trees import load_tree
 
-    layout = _run(cfg, asyncio.to_thread(schema.read_layout, cfg.mysql, table.database,
-                                         table.table))
-    return layout.columns, DocumentBuilder(table).field_names(c.name for c in layout.columns)
+    return _run(cfg, asyncio.to_thread(load_tree, cfg.mysql, table))
 
 
 def _check_format(output_format: str, allowed: tuple[str, ...]) -> None:

@@ -133,6 +133,19 @@ def tree_tables(table: TableConfig) -> list[tuple[str, str]]:
     return found
 
 
+def tree_topics(table: TableConfig) -> dict[str, str]:
+    """topic -> "database.table" for a table and every table joined into it."""
+    found = {table.topic: table.name}
+
+    def visit(joins: tuple[JoinSettings, ...]) -> None:
+        for join in joins:
+            found.setdefault(join.topic, join.full_name)
+            visit(join.joins)
+
+    visit(table.joins)
+    return found
+
+
 def build(table: TableConfig, layouts: Mapping[str, TableLayout]) -> Tree:
     """The tree of a table with joins, over its tables' layouts (``database.table`` ->
     layout). Columns the configuration names are assumed to exist: :func:`check` says."""
@@ -406,6 +419,8 @@ class Assembled:
     document: dict[str, Any] | None
     refs: list[str] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
+    # With ``trace``: every row it is made of, (path, "database.table", the row's id).
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def wanted_values(node: Node, parents: Iterable[Row]) -> set[Values]:
@@ -421,8 +436,9 @@ def wanted_values(node: Node, parents: Iterable[Row]) -> set[Values]:
 
 
 def assemble(tree: Tree, roots: Sequence[tuple[Row, Row | None]],
-             matches: Mapping[int, Matches]) -> list[Assembled]:
-    """The documents of these roots ((key, row or None when gone)) from every node's rows."""
+             matches: Mapping[int, Matches], trace: bool = False) -> list[Assembled]:
+    """The documents of these roots ((key, row or None when gone)) from every node's rows;
+    with ``trace``, each lists the rows it is made of."""
     documents = []
     for key, row in roots:
         if row is None:
@@ -430,13 +446,17 @@ def assemble(tree: Tree, roots: Sequence[tuple[Row, Row | None]],
             continue
         refs: set[str] = set()
         truncated: set[str] = set()
-        document = _object(tree, tree.root, row, matches, refs, truncated)
-        documents.append(Assembled(key, document, sorted(refs), sorted(truncated)))
+        used: list[tuple[str, str, str]] | None = [] if trace else None
+        document = _object(tree, tree.root, row, matches, refs, truncated, used)
+        documents.append(Assembled(key, document, sorted(refs), sorted(truncated), used or []))
     return documents
 
 
 def _object(tree: Tree, node: Node, row: Row, matches: Mapping[int, Matches], refs: set[str],
-            truncated: set[str]) -> dict[str, Any]:
+            truncated: set[str], used: list[tuple[str, str, str]] | None = None,
+            ) -> dict[str, Any]:
+    if used is not None:
+        used.append((node.path, node.full_name, document_id({k: row[k] for k in node.key})))
     obj = {name: row.get(column) for column, name in node.fields}
     for index in node.joins:
         join = tree.nodes[index]
@@ -447,14 +467,14 @@ def _object(tree: Tree, node: Node, row: Row, matches: Mapping[int, Matches], re
             if rows:
                 refs.add(join.ref(rows[0]))
                 obj[join.name] = _embed(join, _object(tree, join, rows[0], matches, refs,
-                                                      truncated))
+                                                      truncated, used))
             else:
                 obj[join.name] = None
             continue
         if found.totals.get(values, len(rows)) > join.max or len(rows) > join.max:
             truncated.add(join.path)
             rows = rows[:join.max]
-        obj[join.name] = [_embed(join, _object(tree, join, r, matches, refs, truncated))
+        obj[join.name] = [_embed(join, _object(tree, join, r, matches, refs, truncated, used))
                           for r in rows]
     return obj
 
@@ -499,3 +519,33 @@ def document_hash(document: Mapping[str, Any]) -> int:
     lookups and children as their JSON text. Reconciliation computes it from documents it
     assembles from MySQL, so stream, reindex and reconcile agree by construction."""
     return content_hash(document)
+
+
+def differences(mysql: Mapping[str, Any], index: Mapping[str, Any], path: str = "", *,
+                flat: bool = False) -> list[str]:
+    """Which parts of a joined document differ between MySQL's and the index's: the root's
+    fields by name, a lookup's by its path, children by count or by position (``flat``: a
+    row's document, whose objects are JSON values, named by their field only)."""
+    found: list[str] = []
+    for name in sorted(set(mysql) | set(index), key=str):
+        ours, theirs = mysql.get(name), index.get(name)
+        if ours == theirs or name == META_FIELD:
+            continue
+        where = f"{path}.{name}" if path else name
+        if flat:
+            found.append(where)
+        elif isinstance(ours, dict) and isinstance(theirs, dict):
+            found += differences(ours, theirs, where)
+        elif isinstance(ours, list) and isinstance(theirs, list) and any(
+                isinstance(v, dict) for v in (*ours, *theirs)):
+            if len(ours) != len(theirs):
+                found.append(f"{where}: {len(ours)} in MySQL, {len(theirs)} in the index")
+                continue
+            for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+                if a != b:
+                    inner = (differences(a, b, f"{where}[{i}]")
+                             if isinstance(a, dict) and isinstance(b, dict) else [])
+                    found += inner or [f"{where}[{i}]"]
+        else:
+            found.append(where)
+    return found

@@ -23,19 +23,18 @@ from typing import Any
 from indexer.core.documents import (
     KEY_BUCKETS,
     META_FIELD,
-    DocumentBuilder,
     Write,
-    document_id,
     key_bucket,
     tombstone,
 )
-from indexer.core.layout import Field, TableLayout
+from indexer.core.layout import TableLayout
+from indexer.jobs.table_reads import Reads, reads_for
 from indexer.progress import Progress, no_progress
 from indexer.search.client import SearchClient
 from indexer.search.sink import ElasticsearchSink, Op, Outcome
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
-from indexer.source.mysql import checksum_sql, schema, snapshots
+from indexer.source.mysql import checksum_sql, snapshots
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +60,14 @@ Differences = dict[str, Difference]
 
 @dataclass
 class Plan:
-    layout: TableLayout
-    fields: list[Field]  # what the documents hold, by field name
+    reads: Reads  # the table's documents in MySQL (its rows, or its joined trees)
     width: int  # key values per chunk (integer keys); 0 = id buckets
     low: int | None = None  # key bounds when the plan was made (integer keys)
     high: int | None = None
+
+    @property
+    def layout(self) -> TableLayout:
+        return self.reads.layout
 
     def describe(self) -> str:
         if self.width:
@@ -97,7 +99,7 @@ def make_plan(config: Config, table: TableConfig,
     """Reads the table's layout and key bounds (widened to ``also``, the index's, when given)
     and chooses the chunks. Blocking: run it in a thread."""
     plan = row_plan(config, table)
-    layout, fields = plan.layout, plan.fields
+    layout, reads = plan.layout, plan.reads
     if not layout.integer_key:
         return plan
     bounds = checksum_sql.key_range(config.mysql, layout)
@@ -106,18 +108,16 @@ def make_plan(config: Config, table: TableConfig,
     elif also is not None:
         (low, high), rows = also, 0
     else:
-        return Plan(layout, fields, CHUNK_ROWS)
+        return Plan(reads, CHUNK_ROWS)
     if also is not None:
         low, high = min(low, also[0]), max(high, also[1])
     chunks = min(MAX_CHUNKS, max(1, math.ceil(rows / CHUNK_ROWS)))
-    return Plan(layout, fields, max(1, math.ceil((high - low + 1) / chunks)), low, high)
+    return Plan(reads, max(1, math.ceil((high - low + 1) / chunks)), low, high)
 
 
 def row_plan(config: Config, table: TableConfig) -> Plan:
     """A plan for looking at rows by id only (no chunks, no key bounds to read)."""
-    layout = schema.read_layout(config.mysql, table.database, table.table)
-    names = DocumentBuilder(table).field_names(c.name for c in layout.columns)
-    return Plan(layout, [(names[c.name], c) for c in layout.columns if c.name in names], 0)
+    return Plan(reads_for(config, table), 0)
 
 
 def sums_of(sql_sums: dict[int, checksum_sql.ChunkSum], chunk: int) -> tuple[int, int]:
@@ -138,13 +138,11 @@ async def sql_sums(config: Config, plan: Plan, parallel: int,
     when given; None leaves that end open), in ``parallel`` slices of whole chunks."""
     whole = first is None and last is None
     if not plan.width or plan.low is None or plan.high is None or parallel <= 1 or not whole:
-        return await asyncio.to_thread(checksum_sql.chunk_sums, config.mysql, plan.layout,
-                                       plan.fields, plan.width, first, last)
+        return await asyncio.to_thread(plan.reads.chunk_sums, plan.width, first, last)
     # Whole chunks per slice; rows inserted beyond the bounds read earlier still count.
     slices = snapshots.open_slices(plan.low // plan.width, plan.high // plan.width, parallel)
     parts = await asyncio.gather(*(
-        asyncio.to_thread(checksum_sql.chunk_sums, config.mysql, plan.layout, plan.fields,
-                          plan.width, a, b) for a, b in slices))
+        asyncio.to_thread(plan.reads.chunk_sums, plan.width, a, b) for a, b in slices))
     merged: dict[int, checksum_sql.ChunkSum] = {}
     for part in parts:
         merged.update(part)
@@ -219,8 +217,7 @@ async def compare_chunks(config: Config, client: SearchClient, table: TableConfi
         nonlocal done
         async with gate:
             rows, docs = await asyncio.gather(
-                asyncio.to_thread(checksum_sql.chunk_rows, config.mysql, plan.layout, plan.fields,
-                                  plan.width, group),
+                asyncio.to_thread(plan.reads.chunk_hashes, plan.width, group),
                 es_hashes(client, table.alias, chunk_scope(plan, group)))
         found.update(compare_hashes(rows, docs))
         done += len(group)
@@ -239,8 +236,7 @@ async def compare_ids(config: Config, client: SearchClient, table: TableConfig, 
     for start in range(0, len(ids), snapshots.IDS_PER_LOOKUP):
         part = list(ids[start:start + snapshots.IDS_PER_LOOKUP])
         rows, docs = await asyncio.gather(
-            asyncio.to_thread(checksum_sql.hashes_for_ids, config.mysql, plan.layout, plan.fields,
-                              part),
+            asyncio.to_thread(plan.reads.hashes_for_ids, part),
             es_hashes(client, table.alias, {"ids": {"values": part}}))
         found.update(compare_hashes(rows, docs))
     return found
@@ -254,6 +250,18 @@ async def es_hashes_for_ids(client: SearchClient, alias: str,
     for start in range(0, len(ids), snapshots.IDS_PER_LOOKUP):
         found.update(await es_hashes(client, alias, {"ids": {
             "values": list(ids[start:start + snapshots.IDS_PER_LOOKUP])}}))
+    return found
+
+
+async def es_sources(client: SearchClient, alias: str,
+                     ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """id -> ``_source`` of these live documents (at most IDS_PER_LOOKUP at a time)."""
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(ids), snapshots.IDS_PER_LOOKUP):
+        part = list(ids[start:start + snapshots.IDS_PER_LOOKUP])
+        response = await client.search(alias, {"size": len(part),
+                                               "query": {"ids": {"values": part}}})
+        found.update({hit["_id"]: hit["_source"] for hit in response["hits"]["hits"]})
     return found
 
 
@@ -288,18 +296,13 @@ async def unchunked(config: Config, client: SearchClient, table: TableConfig,
     if not ids:
         return {}
     candidates = [i for i in ids if not plan.width or is_int(i)]
-    snapshot = await asyncio.to_thread(snapshots.Snapshot, config.mysql, plan.layout)
-    try:
-        rows = await asyncio.to_thread(snapshot.rows_for_ids, candidates)
-    finally:
-        snapshot.close()
-    present = {document_id(key) for key, _ in rows}
+    present = await asyncio.to_thread(plan.reads.present, candidates)
     return {i: Difference("stale", None) if i in present else Difference("extra", None)
             for i in ids}
 
 
-async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
-                 builder: DocumentBuilder, plan: Plan, found: Differences) -> dict[str, int]:
+async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig, plan: Plan,
+                 found: Differences) -> dict[str, int]:
     """Rewrites missing and stale documents from a consistent snapshot, page by page (a
     whole table's worth streams like a reindex), then tombstones extras."""
     fix = [i for i, d in found.items() if d.kind != "extra"]
@@ -315,8 +318,8 @@ async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
                 log.error("repair of %s: row %s refused: %s: %s", table.name, op.write.id,
                           op.error_kind, op.error_reason)
 
-    snapshot = await asyncio.to_thread(snapshots.Snapshot, config.mysql, plan.layout)
-    reading: asyncio.Task[list[tuple[snapshots.Row, snapshots.Row]] | None] | None = None
+    snapshot = await asyncio.to_thread(plan.reads.snapshot)
+    reading: asyncio.Task[list[Write] | None] | None = None
     writing: set[asyncio.Task[None]] = set()
     try:
         position = snapshot.position
@@ -324,15 +327,15 @@ async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig,
         if binlog:
             snapshot_version = await StateStore(sink.client).snapshot_version(
                 table.alias, position.file, position.pos, position.ts_ms, "repair")
-        pages = snapshot.pages_for_ids(fix, config.batch.max_events)
+        pages = snapshot.pages_for_ids(fix, config.batch.max_events,
+                                       snapshot_version if binlog else None)
         reading = asyncio.create_task(asyncio.to_thread(next, pages, None))
         while (page := await reading) is not None:
             reading = asyncio.create_task(asyncio.to_thread(next, pages, None))  # read ahead
             # Column versions: the document may carry the row's own version with other
             # content (changed behind the pipeline's back), so an equal version must win.
-            ops = [Op(table.alias, builder.write_for_row(
-                key, row, snapshot_version if binlog else builder.row_version(row)),
-                version_type="external" if binlog else "external_gte") for key, row in page]
+            ops = [Op(table.alias, write, version_type="external" if binlog else "external_gte")
+                   for write in page]
             if len(writing) >= config.batch.in_flight:  # as many bulks at once as the daemon
                 done, writing = await asyncio.wait(writing, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.build import current_build
+from indexer.core import trees
 from indexer.core.canary import Beat
 from indexer.core.documents import DocumentBuilder, pack_binlog_version
 from indexer.core.events import Change, DecodeError, EnvelopeDecoder, LayoutChanged
@@ -31,7 +32,7 @@ from indexer.jobs.rebuilds import Request
 from indexer.metrics import Metrics
 from indexer.search.retry import retrying
 from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
-from indexer.settings import Config, JoinSettings, TableConfig
+from indexer.settings import Config, TableConfig
 from indexer.source.kafka import Records
 
 log = logging.getLogger(__name__)
@@ -539,7 +540,7 @@ def consumed_tables(config: Config) -> dict[str, _Table]:
     for root in config.tables:
         if not root.joins:
             continue
-        for topic, table in tree_topics(root).items():
+        for topic, table in trees.tree_topics(root).items():
             if topic not in tables:
                 database, name = table.split(".")
                 # A table read only for documents of others: no index of its own, and its new
@@ -550,19 +551,6 @@ def consumed_tables(config: Config) -> dict[str, _Table]:
                     config.connector, {}, watch_layouts=True), None, [])
             tables[topic].places.append(_Place(root.alias, table, replace(root, topic=topic)))
     return tables
-
-
-def tree_topics(table: TableConfig) -> dict[str, str]:
-    """topic -> "database.table" for a table with joins and every table joined into it."""
-    found = {table.topic: table.name}
-
-    def visit(joins: tuple[JoinSettings, ...]) -> None:
-        for join in joins:
-            found.setdefault(join.topic, join.full_name)
-            visit(join.joins)
-
-    visit(table.joins)
-    return found
 
 
 def _tp(record: ConsumerRecord[bytes, bytes]) -> TopicPartition:

@@ -16,17 +16,18 @@ from typing import Any
 import orjson
 from aiokafka.structs import TopicPartition
 
+from indexer.core import trees
 from indexer.core.documents import META_FIELD, DocumentBuilder, document_id
 from indexer.core.events import DecodeError, EnvelopeDecoder
 from indexer.core.sources import Epoch, Registry, partition_key
 from indexer.core.versions import unpack_binlog_version
 from indexer.jobs.dlq import DeadLetter
+from indexer.jobs.table_reads import reads_for
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
 from indexer.search.sink import MAPPING_CONFLICT, MAPPING_ERRORS
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig, VersionSource
-from indexer.source.mysql import schema, snapshots
 from indexer.source.topics import Record, TopicReader, iso_time
 
 EVENTS_SHOWN = 5  # the key's most recent events listed
@@ -89,6 +90,8 @@ class Explanation:
     dead_letters: list[Letter]
     scanned: int  # records read looking for events
     verdict: Verdict
+    # A joined document's rows: (path in the document, "database.table", the row's id).
+    made_of: list[tuple[str, str, str]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,7 +124,8 @@ def judge(table: TableConfig, row: dict[str, Any] | None, live: Found | None,
             f"the row is deleted and its tombstone (version {live.version}) keeps it deleted")
         return Verdict(True, f"in sync: {what}")
     if row is not None and live is not None and not live.deleted:
-        fields = differing_fields(row, live.source)
+        fields = (trees.differences(row, live.source) if table.joins
+                  else differing_fields(row, live.source))
         if not fields:
             return Verdict(True, f"in sync: the document (version {live.version}) matches "
                                  "the row")
@@ -157,13 +161,13 @@ def _fix(table: TableConfig, events: list[Event], letters: list[Letter]) -> str:
 async def explain(config: Config, table: TableConfig, doc_id: str, *,
                   scan_budget: int = DEFAULT_SCAN_BUDGET) -> Explanation:
     builder = DocumentBuilder(table, config.mysql.server)
-    layout = await asyncio.to_thread(schema.read_layout, config.mysql, table.database,
-                                     table.table)
+    reads = await asyncio.to_thread(reads_for, config, table)
+    layout = reads.layout
     if layout.integer_key and not doc_id.removeprefix("-").isdigit():
         raise LookupError(f"{doc_id!r} cannot be a key of {table.name}: its primary key "
                           f"{layout.key[0].name} is an integer")
-    rows = await asyncio.to_thread(snapshots.rows_now, config.mysql, layout, [doc_id])
-    row = _json(dict(builder.document(rows[0][1]))) if rows else None
+    document, made_of = await asyncio.to_thread(reads.now, doc_id)
+    row = _json(document) if document is not None else None
     registry = Registry()
     async with SearchClient(config.elasticsearch) as client:
         if table.version.kind == "binlog":
@@ -176,7 +180,7 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
         letters = await _letters(reader, config, table, decoder, doc_id, scan_budget)
     live = next((d for d in documents if d.live), None)
     return Explanation(table.name, doc_id, row, documents, events, letters, scanned,
-                       judge(table, row, live, events, letters))
+                       judge(table, row, live, events, letters), made_of if table.joins else [])
 
 
 def _json(value: dict[str, Any]) -> dict[str, Any]:
@@ -269,6 +273,10 @@ async def _letters(reader: TopicReader, config: Config, table: TableConfig,
 def render_text(e: Explanation) -> list[str]:
     lines = [f"{e.table} id {e.id}", "", "MySQL now:"]
     lines.append(f"  {_line(e.row)}" if e.row is not None else "  no such row")
+    if e.made_of:
+        lines += ["", f"Made of {len(e.made_of)} rows:"]
+        lines += [f"  {path or '(the document)'}: {table} id {row_id}"
+                  for path, table, row_id in e.made_of]
     lines += ["", "Elasticsearch:"]
     if not e.documents:
         lines.append("  no document in any index of the table")
@@ -279,7 +287,9 @@ def render_text(e: Explanation) -> list[str]:
                      + (": tombstone (deleted)" if d.deleted else ""))
         if not d.deleted:
             lines.append(f"    {_line(d.source)}")
-    lines += ["", f"Kafka (newest first; {e.scanned:,} records looked at):"]
+    joined = " (the document's own table; its joined tables' changes are not listed)" \
+        if e.made_of else ""
+    lines += ["", f"Kafka (newest first; {e.scanned:,} records looked at){joined}:"]
     if not e.events:
         lines.append("  no event for this key in the records looked at")
     for ev in e.events:

@@ -10,7 +10,7 @@ import pymysql
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from indexer.core import canary
+from indexer.core import canary, trees
 from indexer.core.canary import Beat, Sighting
 from indexer.core.events import DecodeError, EnvelopeDecoder
 from indexer.jobs.schema_changes import missing_table
@@ -35,6 +35,7 @@ from indexer.source.connect import (
 )
 from indexer.source.kafka import TOPIC_HINT, KafkaUnavailable, client_security, probe
 from indexer.source.mysql import schema
+from indexer.source.mysql.trees import JoinError, load_tree
 from indexer.source.topics import TopicReader, age_s
 
 HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's heartbeat.topics.prefix default
@@ -81,9 +82,11 @@ async def check_health(config: Config) -> list[str]:
         await admin.start()
         topics = set(await admin.list_topics())
         for table in config.tables:
-            if table.topic not in topics:
-                problems.append(f"{table.name}: topic {table.topic!r} does not exist yet "
-                                f"({TOPIC_HINT})")
+            for topic, name in trees.tree_topics(table).items():  # joined tables' too
+                if topic not in topics:
+                    joined = "" if name == table.name else f" (joined: {name})"
+                    problems.append(f"{table.name}: topic {topic!r}{joined} does not exist yet "
+                                    f"({TOPIC_HINT})")
     except Exception as exc:
         problems.append(f"kafka: {type(exc).__name__}: {exc}")
     finally:
@@ -93,13 +96,15 @@ async def check_health(config: Config) -> list[str]:
 
 
 async def missing_tables(config: Config) -> list[str]:
-    """The configured tables MySQL says it does not have (MySQL away: nothing said here)."""
+    """The configured tables MySQL says it does not have, and joins that cannot work
+    (MySQL away: nothing said here)."""
     async def missing(table: TableConfig) -> str | None:
         try:
-            await asyncio.to_thread(schema.read_layout, config.mysql, table.database,
-                                    table.table)
+            await asyncio.to_thread(load_tree, config.mysql, table)
         except schema.MissingTable as exc:
             return missing_table(config.mysql, table, exc)
+        except JoinError as exc:
+            return str(exc)
         except (ConfigError, LookupError, pymysql.err.MySQLError, OSError):
             return None
         return None

@@ -126,22 +126,26 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
     ):
         follower = Follower(StateStore(sink.client), metrics)
         schemas = SchemaWatch(cfg, sink.client, metrics)
-        # First: a table MySQL does not have (a misspelt name) stops the start, indexless.
+        # First: a table MySQL does not have (a misspelt name), or joins that cannot work,
+        # stop the start, indexless.
         await asyncio.gather(*(schemas.start(t.config, t.decoder)
                                for t in tables.values() if not t.config.canary))
-        indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
-        for table_config in indexed:  # tables read only for others' documents have no index
-            await ensure_table_index(sink.client, cfg, table_config)
-            if table_config.version.kind == "binlog":
-                await follower.load(table_config)
-        for topic in await missing_topics(cfg.kafka, list(tables)):
-            log.warning("table %s: topic %s does not exist yet; it is read once it appears "
-                        "(%s)", tables[topic].config.name, topic, TOPIC_HINT)
         async with (
             _rebuilds(cfg, sink, metrics) as rebuilds,
-            KafkaSource(cfg.kafka, list(tables), on_revoked) as source,
             contextlib.AsyncExitStack() as checks,
         ):
+            indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
+            for table_config in indexed:  # tables read only for others' documents: no index
+                await ensure_table_index(sink.client, cfg, table_config)
+                if table_config.version.kind == "binlog":
+                    await follower.load(table_config)
+            if rebuilds is not None:
+                await rebuilds.ensure_meta()
+            for topic in await missing_topics(cfg.kafka, list(tables)):
+                log.warning("table %s: topic %s does not exist yet; it is read once it appears "
+                            "(%s)", tables[topic].config.name, topic, TOPIC_HINT)
+            source = await checks.enter_async_context(
+                KafkaSource(cfg.kafka, list(tables), on_revoked))
             await _start_checks(cfg, metrics, checks, source)
             yield Parts(source, sink, producer, follower, schemas, rebuilds)
 

@@ -102,9 +102,10 @@ class Rebuilds:
         self._truncation_logged: dict[str, float] = {}
 
     async def __aenter__(self) -> Rebuilds:
-        for alias, table in self._tables.items():
+        """Reads and checks every tree: a join that cannot work stops the start here, before
+        any index is made."""
+        for table in self._tables.values():
             await self._load(table)
-            await self._ensure_meta(alias)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
@@ -130,12 +131,13 @@ class Rebuilds:
         tree = await asyncio.to_thread(tree_sql.load_tree, self._config.mysql, table)
         self._rows[table.alias] = TreeRows(tree)
 
-    async def _ensure_meta(self, alias: str) -> None:
+    async def ensure_meta(self) -> None:
         """Indices made before joined documents existed map ``_indexer.refs`` and
         ``truncated`` now (the refs query needs them searchable)."""
         meta = {"properties": {k: META_MAPPING["properties"][k] for k in ("refs", "truncated")}}
-        for index in await self._client.aliases([sync_alias(alias)]):
-            await self._client.put_mapping(index, {"_indexer": meta})
+        for alias in self._tables:
+            for index in await self._client.aliases([sync_alias(alias)]):
+                await self._client.put_mapping(index, {"_indexer": meta})
 
     # --- one batch -----------------------------------------------------------------------------
 
@@ -230,13 +232,14 @@ class Rebuilds:
         of the newest change that touched it (a tombstone when its root is gone)."""
         name = self._name(alias)
         roots = sorted(touched, key=tree_sql.sortable)
+        size = min(tree_sql.PAGE_ROOTS, self._config.batch.max_events)  # a bulk's worth
         pending = self._metrics.rebuild_pending.labels(name)
         if progress:
             pending.inc(len(roots))
         last_said = time.monotonic()
         try:
-            for start in range(0, len(roots), tree_sql.PAGE_ROOTS):
-                page = roots[start:start + tree_sql.PAGE_ROOTS]
+            for start in range(0, len(roots), size):
+                page = roots[start:start + size]
                 began = time.monotonic()
                 await self._write_page(alias, page, touched)
                 self._metrics.rebuild_seconds.labels(name).observe(time.monotonic() - began)

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from indexer.core.checksums import CHECKSUM_FORMAT
-from indexer.core.documents import DocumentBuilder
 from indexer.jobs import chunk_check
 from indexer.jobs.chunk_check import Differences, Plan, sums_of
 from indexer.jobs.reindex import reindex
@@ -50,6 +49,8 @@ RECHECK_BY_SUMS_ABOVE = 4 * chunk_check.DRILL_CHUNKS
 # rewritten in place whatever the share.
 REINDEX_ABOVE_SHARE = 0.5
 REINDEX_MIN_ROWS = 50_000
+# Stale documents whose differing fields (or parts of a joined document) the report names.
+STALE_DETAILED = 200
 
 
 @dataclass
@@ -81,6 +82,9 @@ class Report:
     extra: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     rechecked: int = 0
+    # What differs in stale documents (the first STALE_DETAILED): fields, or a joined
+    # document's parts ("category.name", "variants: 3 in MySQL, 2 in the index").
+    stale_fields: dict[str, list[str]] = field(default_factory=dict)
     repaired: dict[str, int] | None = None
     differing_chunks: list[ChunkDiff] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the reader needs to know first
@@ -101,7 +105,6 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
     started = time.monotonic()
     report = Report(table.name, table.alias, datetime.now(UTC).isoformat(timespec="seconds"))
     plan = await asyncio.to_thread(chunk_check.make_plan, config, table)
-    builder = DocumentBuilder(table, plan.layout.flavor)  # hashes as the server's SQL does
     report.chunking = plan.describe()
     async with ElasticsearchSink(config.elasticsearch, Metrics(),
                                  max_backoff_s=config.batch.max_backoff_s) as sink:
@@ -144,8 +147,7 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
                 report.repaired = await _rebuild_by_reindex(config, table, fix,
                                                             len(found) - fix, report, progress)
             else:
-                report.repaired = await chunk_check.repair(config, sink, table, builder, plan,
-                                                           found)
+                report.repaired = await chunk_check.repair(config, sink, table, plan, found)
             await client.refresh(table.alias)
             repaired = plan.chunks_of(found)
             if len(repaired) > RECHECK_BY_SUMS_ABOVE:  # the sums first: most now agree
@@ -154,6 +156,10 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
                 repaired = [c for c in repaired if c in still]
             found = await differences(repaired)
         _fill(report, plan, found, sql_sums, es_sums)
+        if report.stale:
+            sources = await chunk_check.es_sources(client, table.alias,
+                                                   report.stale[:STALE_DETAILED])
+            report.stale_fields = await asyncio.to_thread(plan.reads.what_differs, sources)
         await _record(client, table, report)
     report.seconds = round(time.monotonic() - started, 3)
     return report

@@ -21,17 +21,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
-from indexer.core.documents import (
-    META_FIELD,
-    DocumentBuilder,
-    Write,
-)
+from indexer.core.documents import META_FIELD, Write
 from indexer.core.layout import TableLayout
 from indexer.core.mappings import alias_of_index, swap_actions, sync_alias
+from indexer.jobs.table_reads import Reads, reads_for
 from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
 from indexer.search.admin import alias_state, create_index, definition_for, missed_writes
@@ -40,6 +36,7 @@ from indexer.search.sink import ElasticsearchSink, Op, Outcome
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
 from indexer.source.mysql import schema, snapshots
+from indexer.source.mysql.trees import PAGE_ROOTS
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +66,8 @@ class ReindexResult:
 async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
                   progress: Progress = no_progress) -> ReindexResult:
     started = time.monotonic()
-    layout = await asyncio.to_thread(schema.read_layout, config.mysql, table.database,
-                                     table.table)
+    reads = await asyncio.to_thread(reads_for, config, table)
+    layout = reads.layout
     definition = definition_for(config, table)
     metrics = Metrics()
     async with ElasticsearchSink(config.elasticsearch, metrics,
@@ -82,7 +79,7 @@ async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
         try:
             estimate = await asyncio.to_thread(schema.row_count_estimate, config.mysql, layout)
             progress("load", 0, estimate)
-            await _load(config, table, layout, sink, index, parallel, result, progress)
+            await _load(config, table, reads, sink, index, parallel, result, progress)
             progress("load", result.rows, result.rows)
             if result.failed:
                 raise ReindexError(f"{result.failed} rows were refused by Elasticsearch "
@@ -111,19 +108,18 @@ async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
     return result
 
 
-async def _load(config: Config, table: TableConfig, layout: TableLayout,
-                sink: ElasticsearchSink, index: str, parallel: int, result: ReindexResult,
-                progress: Progress) -> None:
+async def _load(config: Config, table: TableConfig, reads: Reads, sink: ElasticsearchSink,
+                index: str, parallel: int, result: ReindexResult, progress: Progress) -> None:
     """Readers (threads, one snapshot each) feed pages through a bounded queue to writers."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[list[Op] | None] = asyncio.Queue(QUEUE_PAGES)
-    builder = DocumentBuilder(table, layout.flavor)
     stop = threading.Event()
-    ranges = await asyncio.to_thread(_ranges, config, layout, parallel)
+    ranges = await asyncio.to_thread(_ranges, config, reads.layout, parallel)
+    page_rows = config.batch.max_events if not table.joins else PAGE_ROOTS
 
-    def read(where: str, args: tuple[Any, ...]) -> int:
+    def read(low: int | None, high: int | None) -> int:
         """Reads one key range into the queue; returns the number of rows read."""
-        snapshot = snapshots.Snapshot(config.mysql, layout)
+        snapshot = reads.snapshot()
         rows = 0
         try:
             position = snapshot.position
@@ -133,11 +129,10 @@ async def _load(config: Config, table: TableConfig, layout: TableLayout,
                 version = asyncio.run_coroutine_threadsafe(StateStore(sink.client).snapshot_version(
                     table.alias, position.file, position.pos, position.ts_ms, "reindex"),
                     loop).result()
-            for page in snapshot.rows(where, args, page_rows=config.batch.max_events):
+            for page in snapshot.pages(low, high, page_rows, version):
                 if stop.is_set():
                     return rows
-                ops = [Op(table.alias, _write(builder, key, row, version), index=index)
-                       for key, row in page]
+                ops = [Op(table.alias, write, index=index) for write in page]
                 asyncio.run_coroutine_threadsafe(queue.put(ops), loop).result()
                 rows += len(ops)
         finally:
@@ -145,7 +140,8 @@ async def _load(config: Config, table: TableConfig, layout: TableLayout,
         return rows
 
     async def read_all() -> None:
-        counts = await asyncio.gather(*(asyncio.to_thread(read, w, a) for w, a in ranges))
+        counts = await asyncio.gather(*(asyncio.to_thread(read, low, high)
+                                        for low, high in ranges))
         result.read = sum(counts)
         # Only now may the writers stop: one end marker each, behind every page.
         for _ in writers:
@@ -181,28 +177,21 @@ async def _load(config: Config, table: TableConfig, layout: TableLayout,
         await asyncio.gather(reading, *writers, return_exceptions=True)
 
 
-def _write(builder: DocumentBuilder, key: dict[str, Any], row: dict[str, Any],
-           version: int | None) -> Write:
-    return builder.write_for_row(key, row, builder.row_version(row) if version is None
-                                 else version)
-
-
 def _ranges(config: Config, layout: TableLayout,
-            parallel: int) -> list[tuple[str, tuple[Any, ...]]]:
-    """WHERE clauses splitting an integer key into ``parallel`` ranges; one range otherwise."""
+            parallel: int) -> list[tuple[int | None, int | None]]:
+    """Key ranges splitting an integer key into ``parallel`` readers; one range otherwise."""
     if parallel <= 1 or not layout.integer_key:
-        return [("", ())]
+        return [(None, None)]
     snapshot = snapshots.Snapshot(config.mysql, layout)
     try:
         bounds = snapshot.key_bounds()
     finally:
         snapshot.close()
     if bounds is None:
-        return [("", ())]
+        return [(None, None)]
     # Each reader has its own snapshot, which may hold keys beyond these bounds: the outer
     # ranges are open-ended so that no row falls outside them.
-    return [snapshots.key_range_where(layout, a, b)
-            for a, b in snapshots.open_slices(*bounds, parallel)]
+    return snapshots.open_slices(*bounds, parallel)
 
 
 async def _copy_tombstones(sink: ElasticsearchSink, live: list[str], index: str,

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
+from indexer.core import trees
 from indexer.core.documents import META_FIELD
 from indexer.core.events import DecodeError, EnvelopeDecoder
 from indexer.jobs.dlq import DeadLetter
@@ -29,6 +30,7 @@ from indexer.source.topics import PartitionLag, Record, TopicReader, iso_time
 
 @dataclass
 class PartitionStatus:
+    topic: str  # the table's, or (joined documents) a joined table's
     partition: int
     end: int
     committed: int | None
@@ -50,6 +52,8 @@ class TableStatus:
     dead_letters: dict[str, int] = field(default_factory=dict)  # kind -> count since
     unacknowledged_switches: int = 0
     verification: dict[str, Any] | None = None  # continuous verification's record
+    # Joined documents whose children arrays were cut at their max, by the array's path.
+    truncated: dict[str, int] = field(default_factory=dict)
 
     @property
     def lag(self) -> int:
@@ -113,11 +117,14 @@ async def gather(config: Config, since_ms: int | None) -> Status:
                 registry = await state.load(table.alias)
                 status.unacknowledged_switches = len(registry.unacknowledged)
             status.verification = await state.verification(table.alias)
+            if table.joins and aliases.live:
+                status.truncated = await _truncated(client, table.alias)
             tables[table.topic] = status
     async with TopicReader(config.kafka) as reader:
         consumers = await reader.members(group)
         for table in config.tables:
-            lags = await reader.lag(group, [table.topic])
+            # A joined document's lag is that of every table of its tree.
+            lags = await reader.lag(group, list(trees.tree_topics(table)))
             tables[table.topic].partitions = [
                 await _partition(reader, config, table, lag) for lag in lags]
         # Counted fetch by fetch: a dead letter keeps its message, which may be megabytes.
@@ -144,11 +151,12 @@ async def gather(config: Config, since_ms: int | None) -> Status:
 
 async def _partition(reader: TopicReader, config: Config, table: TableConfig,
                      lag: PartitionLag) -> PartitionStatus:
-    status = PartitionStatus(lag.partition, lag.end, lag.committed, lag.lag)
+    status = PartitionStatus(lag.topic, lag.partition, lag.end, lag.committed, lag.lag)
     if lag.committed is None or lag.committed <= 0:
         return status
     tp = TopicPartition(lag.topic, lag.partition)
-    decoder = EnvelopeDecoder(config.connector, table.column_types)
+    decoder = EnvelopeDecoder(config.connector, table.column_types if lag.topic == table.topic
+                              else {})
     # The last committed change: a few records back, past transaction markers and tombstones.
     done = await reader.read(tp, max(0, lag.committed - 5), lag.committed)
     for record in reversed(done):
@@ -162,6 +170,13 @@ async def _partition(reader: TopicReader, config: Config, table: TableConfig,
             ts = _source_ms(decoder, waiting[0]) or int(waiting[0].timestamp)
             status.oldest_waiting_s = round(max(0.0, time.time() - ts / 1000), 3)
     return status
+
+
+async def _truncated(client: SearchClient, alias: str) -> dict[str, int]:
+    """Documents whose children arrays were cut at their max, per array."""
+    response = await client.search(alias, {"size": 0, "aggs": {"cut": {"terms": {
+        "field": f"{META_FIELD}.truncated", "size": 100}}}})
+    return {b["key"]: int(b["doc_count"]) for b in response["aggregations"]["cut"]["buckets"]}
 
 
 def _source_ms(decoder: EnvelopeDecoder, record: Record) -> int | None:
@@ -185,9 +200,12 @@ def render_text(status: Status) -> list[str]:
         for p in t.partitions:
             waiting = (f", oldest waiting {p.oldest_waiting_s:,.1f} s"
                        if p.oldest_waiting_s is not None else "")
-            lines.append(f"  {t.topic}[{p.partition}]: end {p.end:,}, committed "
+            lines.append(f"  {p.topic}[{p.partition}]: end {p.end:,}, committed "
                          f"{_n(p.committed)}, lag {p.lag:,}, indexed up to "
                          f"{p.indexed_up_to or '-'}{waiting}")
+        if t.truncated:
+            cut = ", ".join(f"{path} {n:,}" for path, n in sorted(t.truncated.items()))
+            lines.append(f"  documents with children cut at their max: {cut}")
         if (v := t.verification) is not None:
             lines.append(f"  verified: last whole pass {v.get('last_pass_at') or '-'} ("
                          f"{v.get('last_pass_s', '-')} s); rows differing and not repaired "

@@ -38,6 +38,8 @@ def render(console: Console, reports: Sequence[Report]) -> None:
                 more = f" … and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else ""
                 console.out(f"{r.table} {kind}: {', '.join(ids[:SHOWN_IDS])}{more}",
                             highlight=False)
+        for doc_id, parts in list(r.stale_fields.items())[:SHOWN_IDS]:
+            console.out(f"{r.table} stale {doc_id}: {', '.join(parts)}", highlight=False)
 
 
 def _cells(r: Report) -> list[str]:

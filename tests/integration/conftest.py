@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import sys
 import time
 import tomllib
 import urllib.request
@@ -398,3 +400,38 @@ async def caught_up(db: Any, es: SearchClient, table: TestTable, config: Config,
     async with running(config) as daemon:
         await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout)
         yield daemon
+
+
+class DaemonProcess:
+    """``python -m indexer run`` in a child process, as users run it."""
+
+    def __init__(self, config_file: Path, log: Path) -> None:
+        self.log = log
+        self._out = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "indexer", "run", "--config", str(config_file)],
+            cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT,
+        )
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.close()
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Any]:
+    started: list[DaemonProcess] = []
+
+    def start(config_file: Path) -> DaemonProcess:
+        process = DaemonProcess(config_file, tmp_path / f"daemon-{len(started)}.log")
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.close()

@@ -19,6 +19,7 @@ from indexer.source.kafka import topic_partitions
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
+    DaemonProcess,
     expected_rows,
     insert_rows,
     live_index,
@@ -30,7 +31,6 @@ from tests.integration.conftest import (
     wait_for_topic,
     wait_until,
 )
-from tests.integration.test_failures import DaemonProcess
 
 pytestmark = pytest.mark.servers
 

@@ -7,9 +7,7 @@ import asyncio
 import random
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,41 +36,6 @@ from tests.integration.conftest import (
     wait_for_documents,
     wait_until,
 )
-
-
-class DaemonProcess:
-    """``python -m indexer run`` in a child process, as users run it."""
-
-    def __init__(self, config_file: Path, log: Path) -> None:
-        self.log = log
-        self._out = log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "indexer", "run", "--config", str(config_file)],
-            cwd=REPO, stdout=self._out, stderr=subprocess.STDOUT,
-        )
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._out.close()
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-
-@pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Any]:
-    started: list[DaemonProcess] = []
-
-    def start(config_file: Path) -> DaemonProcess:
-        process = DaemonProcess(config_file, tmp_path / f"daemon-{len(started)}.log")
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.close()
 
 
 def stack(*args: str) -> None:

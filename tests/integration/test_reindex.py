@@ -24,6 +24,7 @@ from indexer.source.mysql import connection, schema, snapshots
 from tests.integration.conftest import (
     COLUMNS,
     REPO,
+    DaemonProcess,
     all_events,
     caught_up,
     documents,
@@ -39,7 +40,6 @@ from tests.integration.conftest import (
     wait_for_topic,
     wait_until,
 )
-from tests.integration.test_failures import DaemonProcess
 from tests.integration.test_types import COLUMNS as TYPE_COLUMNS
 from tests.integration.test_types import EXPECTED as TYPE_EXPECTED
 from tests.integration.test_types import MAPPING as TYPE_MAPPING

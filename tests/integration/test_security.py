@@ -27,13 +27,13 @@ from tests.integration.conftest import (
     PROFILE,
     REPO,
     STACK,
+    DaemonProcess,
     expected_rows,
     insert_rows,
     sql,
     wait_for_documents,
     wait_for_topic,
 )
-from tests.integration.test_failures import DaemonProcess
 
 pytestmark = [
     pytest.mark.secure,

@@ -167,6 +167,11 @@ class Snapshot:
             low, high = cur.fetchone() or (None, None)
         return None if low is None or high is None else (int(low), int(high))
 
+    @property
+    def connection(self) -> pymysql.connections.Connection[Any]:
+        """The snapshot's connection: more reads inside the same read view (a tree's levels)."""
+        return self._conn
+
     def close(self) -> None:
         self._conn.close()
 

@@ -51,6 +51,10 @@ def read_indexes(conn: Connection, database: str, table: str) -> list[Index]:
     return [Index(name, tuple(columns), unique) for name, (columns, unique) in found.items()]
 
 
+class JoinError(ConfigError):
+    """A table's joins cannot work against the tables MySQL has (the reasons, one each)."""
+
+
 def load_tree(settings: MySQLSettings, table: TableConfig) -> Tree:
     """The table's tree over its tables' current layouts; a join that cannot work (a column
     that does not exist, a lookup that can match two rows, a join without an index) stops
@@ -67,7 +71,7 @@ def load_tree(settings: MySQLSettings, table: TableConfig) -> Tree:
         conn.close()
     problems = trees.check(table, layouts, indexes)
     if problems:
-        raise ConfigError("; ".join(problems))
+        raise JoinError("; ".join(problems))
     return trees.build(table, layouts)
 
 
@@ -86,12 +90,16 @@ class _Reader:
                    tuple((i, f) for i, c in enumerate(columns)
                          if (f := finisher(c)) is not None))
 
-    def row(self, text: str | bytes) -> Row:
-        values = orjson.loads(text)
+    def values(self, text: str | bytes) -> list[Any]:
+        """The columns' canonical values, in the order selected (a column may come twice)."""
+        values: list[Any] = orjson.loads(text)
         for i, finish in self.finishers:
             if values[i] is not None:
                 values[i] = finish(values[i])
-        return dict(zip(self.names, values, strict=True))
+        return values
+
+    def row(self, text: str | bytes) -> Row:
+        return dict(zip(self.names, self.values(text), strict=True))
 
 
 class TreeRows:
@@ -107,8 +115,10 @@ class TreeRows:
 
     # --- reading documents -------------------------------------------------------------------
 
-    def by_keys(self, conn: Connection, keys: Sequence[Row]) -> list[Assembled]:
-        """The documents of these roots as they are now (a root that is gone: None)."""
+    def by_keys(self, conn: Connection, keys: Sequence[Row],
+                trace: bool = False) -> list[Assembled]:
+        """The documents of these roots as they are now (a root that is gone: None); with
+        ``trace``, each lists the rows it is made of."""
         found: dict[Values, Row] = {}
         key = self._root.key
         for part in _parts(list(dict.fromkeys(tuple(k[c] for c in key) for k in keys))):
@@ -116,7 +126,7 @@ class TreeRows:
             for row in self._rows(conn, self._root, where, args, self._order(self._root)):
                 found[tuple(row[c] for c in key)] = row
         roots = [(dict(k), found.get(tuple(k[c] for c in key))) for k in keys]
-        return self.assemble(conn, roots)
+        return self.assemble(conn, roots, trace)
 
     def pages(self, conn: Connection, low: int | None = None, high: int | None = None,
               page_roots: int = PAGE_ROOTS) -> Iterator[list[Assembled]]:
@@ -147,7 +157,8 @@ class TreeRows:
             if len(rows) < page_roots:
                 return
 
-    def assemble(self, conn: Connection, roots: list[tuple[Row, Row | None]]) -> list[Assembled]:
+    def assemble(self, conn: Connection, roots: list[tuple[Row, Row | None]],
+                 trace: bool = False) -> list[Assembled]:
         """The documents of these roots, every joined table read once per level."""
         rows: dict[int, list[Row]] = {0: [r for _, r in roots if r is not None]}
         matches: dict[int, Matches] = {}
@@ -155,7 +166,7 @@ class TreeRows:
             for node in level:
                 wanted = trees.wanted_values(node, rows[node.parent])
                 matches[node.index], rows[node.index] = self._below(conn, node, wanted)
-        return trees.assemble(self.tree, roots, matches)
+        return trees.assemble(self.tree, roots, matches, trace)
 
     def _below(self, conn: Connection, node: Node,
                wanted: set[Values]) -> tuple[Matches, list[Row]]:
@@ -260,7 +271,7 @@ class TreeRows:
                                 tuple(args))
                     rows = cur.fetchall()
                 for (text,) in rows:
-                    values = tuple(reader.row(text).values())
+                    values = tuple(reader.values(text))
                     matched, selected = values[:width], values[width:]
                     if None not in selected:
                         reached.setdefault(selected, set()).update(origin.get(matched, ()))

@@ -223,3 +223,16 @@ def test_ids_back_to_root_keys() -> None:
                        {"shop.s": strings})
     key = {"a": "eu|west", "b": "x\\y"}
     assert trees.root_values_of_id(tree, document_id(key)) == ("eu|west", "x\\y")
+
+
+def test_what_differs_in_a_stale_document() -> None:
+    mysql = {"id": 7, "name": "Sencha", "category": {"name": "Tea", "slug": "tea"},
+             "variants": [{"id": 70, "grams": 100}, {"id": 71, "grams": 250}],
+             "tags": ["green"]}
+    index = {"id": 7, "name": "Sencha", "category": {"name": "Tea", "slug": "t"},
+             "variants": [{"id": 70, "grams": 100}, {"id": 71, "grams": 200}],
+             "tags": ["green", "organic"], "_indexer": {"hash": 1}}
+    assert trees.differences(mysql, index) == ["category.slug", "tags", "variants[1].grams"]
+    fewer = {**index, "category": mysql["category"], "tags": ["green"],
+             "variants": [{"id": 70, "grams": 100}]}
+    assert trees.differences(mysql, fewer) == ["variants: 2 in MySQL, 1 in the index"]

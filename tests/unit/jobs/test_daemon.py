@@ -6,19 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.config import build_config
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
 from indexer.core.sources import Registry
+from indexer.core.trees import Touch
 from indexer.jobs.daemon import Daemon
 from indexer.jobs.follower import Follower
 from indexer.jobs.parts import Parts
+from indexer.jobs.rebuilds import Request
 from indexer.metrics import Metrics
 from indexer.search.sink import Op, Outcome
 from indexer.settings import Config, TableConfig
@@ -207,3 +210,103 @@ async def test_a_batch_that_fails_for_good_stops_the_daemon_and_nothing_past_it_
 def test_the_recorded_lifecycle_is_what_these_tests_expect() -> None:
     pairs = messages("t1_lifecycle.tsv")
     assert len(pairs) == 4 and pairs[-1][1] is None  # c, u, d and Debezium's tombstone
+
+
+# --- joined documents: a fan-out holds its own partition only -------------------------------
+
+PRODUCTS, CATEGORIES = "mysql.shop.products", "mysql.shop.categories"
+JOINED = build_config({"tables": [{
+    "name": "shop.products", "topic": PRODUCTS,
+    "lookups": {"category": {"table": "categories", "topic": CATEGORIES,
+                             "on": {"category_id": "id"}}}}],
+    "canary": {"enabled": False}, "verify": {"enabled": False},
+    "batch": {"linger_ms": 0, "max_linger_ms": 0, "max_events": 2}}, Path())
+
+
+def change(topic: str, partition: int, offset: int, row: dict[str, Any],
+           ) -> ConsumerRecord[bytes, bytes]:
+    value = {"op": "u", "before": row, "after": row, "source": {
+        "file": "mysql-bin.000001", "pos": 1000 + offset, "row": 0, "ts_ms": 1}}
+    key = orjson.dumps({"id": row["id"]})
+    body = orjson.dumps(value)
+    return ConsumerRecord(topic, partition, offset, 0, 0, key, body, None, len(key), len(body),
+                          ())
+
+
+class Partitions(MemorySource):
+    """Records of several partitions, handed out in the order given."""
+
+    def __init__(self, records: list[ConsumerRecord[bytes, bytes]]) -> None:
+        super().__init__([])
+        self.records = records
+
+    async def fetch(self, max_records: int, timeout_ms: int) -> Records:
+        if not self.records:
+            await asyncio.sleep(timeout_ms / 1000)
+            return {}
+        first = self.records.pop(0)
+        return {TopicPartition(first.topic, first.partition): [first]}
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition(PRODUCTS, 0), TopicPartition(CATEGORIES, 0)}
+
+    def committed(self, topic: str) -> int:
+        offsets = [c[tp] for c in self.commits for tp in c if tp.topic == topic]
+        return max(offsets, default=0)
+
+
+class SlowFanOut:
+    """Rebuilds products at once; a category's change touches "many" and is finished later,
+    once released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.rebuilt: list[int] = []
+        self.finished: list[Request] = []
+
+    def touch(self, alias: str, table: str, before: Any, after: Any) -> Touch:
+        if table == "shop.categories":
+            return Touch(starts={1: {(after["id"],)}})
+        return Touch(roots=[{"id": after["id"]}])
+
+    async def rebuild(self, requests: Sequence[Request]) -> dict[Any, list[Request]]:
+        later: dict[Any, list[Request]] = {}
+        for request in requests:
+            if request.touch.starts:
+                later.setdefault(request.holder, []).append(request)
+            else:
+                self.rebuilt.extend(k["id"] for k in request.touch.roots)
+        return later
+
+    async def finish(self, requests: Sequence[Request]) -> None:
+        await self.release.wait()
+        self.finished.extend(requests)
+
+    async def reload(self, table: str) -> None:
+        pass
+
+
+async def test_a_fan_out_holds_back_its_own_partition_only() -> None:
+    records = [change(CATEGORIES, 0, 0, {"id": 1, "name": "Tea"})]
+    records += [change(PRODUCTS, 0, i, {"id": i, "category_id": 1}) for i in range(6)]
+    source, letters = Partitions(records), MemoryDeadLetters()
+    rebuilds = SlowFanOut()
+
+    @contextlib.asynccontextmanager
+    async def factory(config: Config, metrics: Metrics, tables: Mapping[str, Any],
+                      on_revoked: RevokeHook) -> AsyncIterator[Parts]:
+        follower = Follower(MemoryRegistries(), metrics)
+        await follower.load(config.tables[0])
+        yield Parts(source, MemorySink(), letters, follower, AcceptingSchemas(), rebuilds)
+
+    daemon = Daemon(JOINED, parts=factory)
+    task = asyncio.create_task(daemon.run())
+    # Every product's change is rebuilt and committed while the category's fan-out waits.
+    await until(lambda: source.committed(PRODUCTS) == 6, task)
+    assert rebuilds.rebuilt == list(range(6)) and source.committed(CATEGORIES) == 0
+    rebuilds.release.set()
+    await until(lambda: source.committed(CATEGORIES) == 1, task)
+    assert [r.holder for r in rebuilds.finished] == [TopicPartition(CATEGORIES, 0)]
+    daemon.stop()
+    await task
+    assert not letters.letters

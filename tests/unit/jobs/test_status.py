@@ -4,7 +4,8 @@ from indexer.jobs.status import PartitionStatus, Status, TableStatus, render_tex
 def status(**overrides: object) -> TableStatus:
     t = TableStatus("shop.items", "items", "mysql.shop.items", ["items-v2"],
                     ["items-v1", "items-v2"], documents=10, tombstones=2,
-                    partitions=[PartitionStatus(0, 100, 100, 0, "2026-12-01T00:00:00.000+00:00")])
+                    partitions=[PartitionStatus("mysql.shop.items", 0, 100, 100, 0,
+                                               "2026-12-01T00:00:00.000+00:00")])
     for k, v in overrides.items():
         setattr(t, k, v)
     return t
@@ -17,7 +18,7 @@ def test_healthy() -> None:
 
 
 def test_lag_without_a_consumer_no_index_no_topic_and_switches() -> None:
-    lagging = status(partitions=[PartitionStatus(0, 100, 40, 60, None, 12.5)])
+    lagging = status(partitions=[PartitionStatus("mysql.shop.items", 0, 100, 40, 60, None, 12.5)])
     (problem,) = table_problems(lagging, consumers=0)
     assert "60 changes wait in mysql.shop.items and no daemon consumes them" in problem
     assert table_problems(lagging, consumers=1) == []  # a daemon catching up is healthy
@@ -37,3 +38,13 @@ def test_text_is_complete_lines() -> None:
                                "up to 2026-12-01T00:00:00")
     assert lines[-1] == "unhealthy: x: broken"
     assert s.as_json()["healthy"] is False
+
+
+def test_a_joined_documents_truncations_and_joined_tables_lag() -> None:
+    joined = status(truncated={"variants": 12}, partitions=[
+        PartitionStatus("mysql.shop.items", 0, 10, 10, 0),
+        PartitionStatus("mysql.shop.variants", 0, 50, 45, 5)])
+    lines = render_text(Status("indexer", [], None, [joined]))
+    assert "lag 5;" in lines[1]
+    assert lines[3].startswith("  mysql.shop.variants[0]: end 50, committed 45, lag 5")
+    assert lines[4] == "  documents with children cut at their max: variants 12"

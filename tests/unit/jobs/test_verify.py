@@ -11,6 +11,7 @@ import pytest
 from indexer.config import build_config
 from indexer.core.layout import Column, TableLayout
 from indexer.jobs.chunk_check import Difference, Plan, compare_hashes
+from indexer.jobs.table_reads import RowReads
 from indexer.jobs.verify import (
     believed,
     next_since,
@@ -24,20 +25,21 @@ from indexer.settings import ConfigError, VerifySettings
 
 LAYOUT = TableLayout("db", "t", (Column("id", "int", "int(11)", 0, 1),))
 TABLE = build_config({"tables": [{"name": "db.t"}]}, Path()).tables[0]
+READS = RowReads(build_config({"tables": [{"name": "db.t"}]}, Path()), TABLE, LAYOUT, [])
 
 
 def test_slices_cover_every_chunk_once_with_open_ends() -> None:
-    plan = Plan(LAYOUT, [], width=2000, low=1, high=100_000)  # chunks 0..50
+    plan = Plan(READS, width=2000, low=1, high=100_000)  # chunks 0..50
     found = slices(plan, per_slice=16)
     assert found == [(None, 15), (16, 31), (32, 47), (48, None)]
-    assert slices(Plan(LAYOUT, [], width=10, low=5, high=9), per_slice=16) == [(None, None)]
+    assert slices(Plan(READS, width=10, low=5, high=9), per_slice=16) == [(None, None)]
     # Buckets of crc32(id) and empty tables: one slice, one scan.
-    assert slices(Plan(LAYOUT, [], width=0)) == [(None, None)]
-    assert slices(Plan(LAYOUT, [], width=2000)) == [(None, None)]
+    assert slices(Plan(READS, width=0)) == [(None, None)]
+    assert slices(Plan(READS, width=2000)) == [(None, None)]
 
 
 def test_negative_keys_slice_on_floor_division_like_the_sql() -> None:
-    plan = Plan(LAYOUT, [], width=100, low=-250, high=120)  # chunks -3..1
+    plan = Plan(READS, width=100, low=-250, high=120)  # chunks -3..1
     assert slices(plan, per_slice=2) == [(None, -2), (-1, 0), (1, None)]
 
 

@@ -1,0 +1,280 @@
+"""A table's documents as MySQL has them: the one way the reindex, reconciliation, repairs and
+continuous verification read them. A table's rows go through its document builder and their
+checksums are computed in the server (:mod:`indexer.source.mysql.checksum_sql`); a table with
+joins is read as whole documents (:mod:`indexer.source.mysql.trees`) and hashed here, as the
+daemon hashes what it writes. Both answer the same questions, so those jobs have one path.
+
+Blocking: callers run these in worker threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from indexer.core import trees
+from indexer.core.documents import DocumentBuilder, Write, document_id, key_bucket
+from indexer.core.layout import Field, TableLayout
+from indexer.core.trees import Assembled, Tree
+from indexer.settings import Config, TableConfig
+from indexer.source.mysql import checksum_sql, schema, snapshots
+from indexer.source.mysql import trees as tree_sql
+from indexer.source.mysql.checksum_sql import ChunkSum
+from indexer.source.mysql.connection import connect
+from indexer.source.mysql.snapshots import Snapshot, SnapshotPosition
+from indexer.source.mysql.trees import TreeRows
+
+Pages = Iterator[list[Write]]
+
+
+class ReadSnapshot(Protocol):
+    """Documents inside one consistent snapshot, versioned by its position (``version``) or,
+    for a table versioned by a column, by each row's own (``version`` None)."""
+
+    position: SnapshotPosition
+
+    def pages(self, low: int | None, high: int | None, page_rows: int,
+              version: int | None) -> Pages: ...
+    def pages_for_ids(self, ids: Sequence[str], page_rows: int, version: int | None) -> Pages: ...
+    def close(self) -> None: ...
+
+
+class Reads(Protocol):
+    """What a job asks of a table's documents in MySQL."""
+
+    layout: TableLayout  # the table's (a tree's root)
+    fields: list[Field]  # what single-table documents hold; empty for trees
+
+    def snapshot(self) -> ReadSnapshot: ...
+    def chunk_sums(self, width: int, first: int | None, last: int | None,
+                   ) -> dict[int, ChunkSum]: ...
+    def chunk_hashes(self, width: int, chunks: Sequence[int]) -> dict[str, int]: ...
+    def hashes_for_ids(self, ids: Sequence[str]) -> dict[str, int]: ...
+    def present(self, ids: Sequence[str]) -> set[str]: ...
+    def now(self, doc_id: str) -> tuple[dict[str, Any] | None, list[tuple[str, str, str]]]:
+        """The document behind an id as MySQL has it now (None: no row), and every row it
+        is made of: (path in the document, "database.table", the row's id)."""
+        ...
+    def what_differs(self, sources: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        """For stale documents (id -> the index's ``_source``): what differs from MySQL's,
+        by field (and for joined documents by part: a lookup, which children)."""
+        ...
+
+
+def reads_for(config: Config, table: TableConfig) -> Reads:
+    """The table's reads: its layout read from MySQL (with joins, every table of the tree,
+    checked)."""
+    if table.joins:
+        tree = tree_sql.load_tree(config.mysql, table)
+        return TreeReads(config, tree)
+    layout = schema.read_layout(config.mysql, table.database, table.table)
+    names = DocumentBuilder(table).field_names(c.name for c in layout.columns)
+    return RowReads(config, table, layout,
+                    [(names[c.name], c) for c in layout.columns if c.name in names])
+
+
+# --- a table's own rows ---------------------------------------------------------------------
+
+class _RowSnapshot:
+    def __init__(self, reads: RowReads) -> None:
+        self._snapshot = Snapshot(reads.config.mysql, reads.layout)
+        self.position = self._snapshot.position
+        self._builder = reads.builder
+
+    def _writes(self, rows: Iterator[list[tuple[dict[str, Any], dict[str, Any]]]],
+                version: int | None) -> Pages:
+        builder = self._builder
+        for page in rows:
+            yield [builder.write_for_row(key, row, builder.row_version(row) if version is None
+                                         else version) for key, row in page]
+
+    def pages(self, low: int | None, high: int | None, page_rows: int,
+              version: int | None) -> Pages:
+        where, args = ("", ()) if low is None and high is None else \
+            snapshots.key_range_where(self._snapshot.layout, low, high)
+        return self._writes(self._snapshot.rows(where, args, page_rows=page_rows), version)
+
+    def pages_for_ids(self, ids: Sequence[str], page_rows: int, version: int | None) -> Pages:
+        return self._writes(self._snapshot.pages_for_ids(ids, page_rows), version)
+
+    def close(self) -> None:
+        self._snapshot.close()
+
+
+@dataclass
+class RowReads:
+    config: Config
+    table: TableConfig
+    layout: TableLayout
+    fields: list[Field]
+
+    @property
+    def builder(self) -> DocumentBuilder:
+        return DocumentBuilder(self.table, self.layout.flavor)
+
+    def snapshot(self) -> ReadSnapshot:
+        return _RowSnapshot(self)
+
+    def chunk_sums(self, width: int, first: int | None, last: int | None,
+                   ) -> dict[int, ChunkSum]:
+        return checksum_sql.chunk_sums(self.config.mysql, self.layout, self.fields, width, first,
+                                       last)
+
+    def chunk_hashes(self, width: int, chunks: Sequence[int]) -> dict[str, int]:
+        return checksum_sql.chunk_rows(self.config.mysql, self.layout, self.fields, width,
+                                       chunks)
+
+    def hashes_for_ids(self, ids: Sequence[str]) -> dict[str, int]:
+        return checksum_sql.hashes_for_ids(self.config.mysql, self.layout, self.fields, ids)
+
+    def now(self, doc_id: str) -> tuple[dict[str, Any] | None, list[tuple[str, str, str]]]:
+        rows = snapshots.rows_now(self.config.mysql, self.layout, [doc_id])
+        if not rows:
+            return None, []
+        return dict(self.builder.document(rows[0][1])), [("", self.table.name, doc_id)]
+
+    def what_differs(self, sources: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        rows = snapshots.rows_now(self.config.mysql, self.layout, list(sources))
+        mine = {document_id(key): _as_json(self.builder.document(row)) for key, row in rows}
+        return {i: trees.differences(mine[i], source, flat=True)
+                for i, source in sources.items() if i in mine}
+
+    def present(self, ids: Sequence[str]) -> set[str]:
+        snapshot = Snapshot(self.config.mysql, self.layout)
+        try:
+            return {document_id(key) for key, _ in snapshot.rows_for_ids(ids)}
+        finally:
+            snapshot.close()
+
+
+# --- a table's joined documents ---------------------------------------------------------------
+
+class _TreeSnapshot:
+    def __init__(self, reads: TreeReads) -> None:
+        # Snapshot opens the read view and reads its binlog position; the tree's levels are
+        # read on the same connection, inside it.
+        self._snapshot = Snapshot(reads.config.mysql, reads.layout)
+        self.position = self._snapshot.position
+        self._rows = reads.rows
+
+    def pages(self, low: int | None, high: int | None, page_rows: int,
+              version: int | None) -> Pages:
+        assert version is not None, "joined documents are versioned by the binlog"
+        for page in self._rows.pages(self._snapshot.connection, low, high, page_rows):
+            yield [trees.write_for(a, version, 0) for a in page]
+
+    def pages_for_ids(self, ids: Sequence[str], page_rows: int, version: int | None) -> Pages:
+        assert version is not None, "joined documents are versioned by the binlog"
+        tree = self._rows.tree
+        for start in range(0, len(ids), page_rows):
+            keys = [trees.root_key(tree, trees.root_values_of_id(tree, i))
+                    for i in ids[start:start + page_rows]]
+            found = self._rows.by_keys(self._snapshot.connection, keys)
+            yield [trees.write_for(a, version, 0) for a in found if a.document is not None]
+
+    def close(self) -> None:
+        self._snapshot.close()
+
+
+@dataclass
+class TreeReads:
+    config: Config
+    tree: Tree
+
+    def __post_init__(self) -> None:
+        self.rows = TreeRows(self.tree)
+        root = self.tree.root
+        self.layout = TableLayout(root.database, root.table, root.columns, self.tree.flavor)
+        self.fields: list[Field] = []
+
+    def snapshot(self) -> ReadSnapshot:
+        return _TreeSnapshot(self)
+
+    def _documents(self, low: int | None = None, high: int | None = None) -> Iterator[Assembled]:
+        conn = connect(self.config.mysql, self.tree.root.database)
+        try:
+            for page in self.rows.pages(conn, low, high):
+                yield from page
+        finally:
+            conn.close()
+
+    def chunk_sums(self, width: int, first: int | None, last: int | None,
+                   ) -> dict[int, ChunkSum]:
+        """Documents and their hashes per chunk: every document assembled as the daemon
+        writes it and hashed (what a joined document is cannot be summed in SQL)."""
+        low = None if first is None or not width else first * width
+        high = None if last is None or not width else (last + 1) * width - 1
+        rows: dict[int, int] = {}
+        sums: dict[int, int] = {}
+        for assembled in self._documents(low, high):
+            chunk = self._chunk(width, assembled)
+            rows[chunk] = rows.get(chunk, 0) + 1
+            sums[chunk] = sums.get(chunk, 0) + _hash(assembled)
+        return {c: ChunkSum(c, n, sums[c]) for c, n in rows.items()}
+
+    def chunk_hashes(self, width: int, chunks: Sequence[int]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        if width:
+            for chunk in chunks:
+                for assembled in self._documents(chunk * width, (chunk + 1) * width - 1):
+                    found[document_id(assembled.key)] = _hash(assembled)
+            return found
+        wanted = set(chunks)  # buckets of crc32(id): one pass over every document
+        for assembled in self._documents():
+            doc_id = document_id(assembled.key)
+            if key_bucket(doc_id) in wanted:
+                found[doc_id] = _hash(assembled)
+        return found
+
+    def _chunk(self, width: int, assembled: Assembled) -> int:
+        if width:
+            (value,) = assembled.key.values()
+            return int(value) // width
+        return key_bucket(document_id(assembled.key))
+
+    def _by_ids(self, ids: Sequence[str], trace: bool = False) -> list[Assembled]:
+        tree = self.tree
+        conn = connect(self.config.mysql, tree.root.database)
+        try:
+            found: list[Assembled] = []
+            for start in range(0, len(ids), tree_sql.PAGE_ROOTS):
+                keys = [trees.root_key(tree, trees.root_values_of_id(tree, i))
+                        for i in ids[start:start + tree_sql.PAGE_ROOTS]]
+                found += self.rows.by_keys(conn, keys, trace)
+            return found
+        finally:
+            conn.close()
+
+    def hashes_for_ids(self, ids: Sequence[str]) -> dict[str, int]:
+        return {document_id(a.key): _hash(a) for a in self._by_ids(ids) if a.document is not None}
+
+    def present(self, ids: Sequence[str]) -> set[str]:
+        return {document_id(a.key) for a in self._by_ids(ids) if a.document is not None}
+
+    def documents_for_ids(self, ids: Sequence[str]) -> list[Assembled]:
+        """The documents behind these ids (what differs in stale ones)."""
+        return self._by_ids(ids)
+
+    def now(self, doc_id: str) -> tuple[dict[str, Any] | None, list[tuple[str, str, str]]]:
+        (found,) = self._by_ids([doc_id], trace=True)
+        return found.document, found.rows
+
+    def what_differs(self, sources: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        mine = {document_id(a.key): _as_json(a.document) for a in self._by_ids(list(sources))
+                if a.document is not None}
+        return {i: trees.differences(mine[i], source) for i, source in sources.items()
+                if i in mine}
+
+
+def _as_json(document: Mapping[str, Any]) -> dict[str, Any]:
+    """As the index's ``_source`` reads back."""
+    loaded: dict[str, Any] = orjson.loads(orjson.dumps(document))
+    return loaded
+
+
+def _hash(assembled: Assembled) -> int:
+    assert assembled.document is not None
+    return trees.document_hash(assembled.document)
