@@ -336,3 +336,76 @@ async def test_a_fail_over_during_a_reindex(
     report = await reconcile(replica_config, replica_config.tables[0], settle_s=0)
     assert report.clean, (report.missing[:5], report.extra[:5], report.stale[:5])
 
+
+
+def owners(port: int) -> dict[str, dict[str, Any]]:
+    """Each owner with its pets, as MySQL joins them."""
+    conn = server(port)
+    try:
+        pets: dict[int, list[dict[str, Any]]] = {}
+        for pid, owner, name in sql(conn, "SELECT id, owner_id, name FROM pets ORDER BY id"):
+            pets.setdefault(owner, []).append({"id": pid, "name": name})
+        return {str(oid): {"id": oid, "name": name, "pets": pets.get(oid, [])}
+                for oid, name in sql(conn, "SELECT id, name FROM owners")}
+    finally:
+        conn.close()
+
+
+async def test_joined_documents_read_a_replica_once_it_applied_and_keep_one_epoch(
+        es: SearchClient, connector: Connector, make_config: Any, tmp_path: Path) -> None:
+    conn = server(PRIMARY)
+    try:
+        sql(conn, "CREATE TABLE owners (id INT PRIMARY KEY, name VARCHAR(40))")
+        sql(conn, "CREATE TABLE pets (id INT PRIMARY KEY, owner_id INT NOT NULL, "
+                  "name VARCHAR(40), FOREIGN KEY (owner_id) REFERENCES owners(id) "
+                  "ON DELETE CASCADE)")
+        sql(conn, "INSERT INTO owners SELECT seq, CONCAT('o', seq) FROM seq_1_to_20")
+        sql(conn, "INSERT INTO pets SELECT seq, 1 + seq % 20, CONCAT('p', seq) "
+                  "FROM seq_1_to_60")
+    finally:
+        conn.close()
+    alias = unique("owners").replace("_", "-")
+    (tmp_path / f"{alias}.json").write_bytes(b"{}")
+    prefix = connector.prefix
+    # The daemon reads the replica; the connector follows the primary.
+    config: Config = make_config({
+        "name": f"{DATABASE}.owners", "alias": alias, "topic": f"{prefix}.{DATABASE}.owners",
+        "children": {"pets": {"table": "pets", "on": {"id": "owner_id"},
+                              "topic": f"{prefix}.{DATABASE}.pets",
+                              "exclude": ["owner_id"]}}}, mysql={"port": REPLICA})
+    for table in ("owners", "pets"):
+        await wait_for_topic(f"{prefix}.{DATABASE}.{table}")
+    async with running(config):
+        await wait_for_documents(es, alias, owners(PRIMARY), timeout=120)
+        replica = server(REPLICA)
+        try:
+            sql(replica, "STOP SLAVE SQL_THREAD")  # the replica falls behind
+            primary = server(PRIMARY)
+            try:
+                sql(primary, "UPDATE pets SET owner_id = 2, name = 'moved' WHERE id = 5")
+                sql(primary, "UPDATE owners SET name = 'renamed' WHERE id = 7")
+                sql(primary, "DELETE FROM owners WHERE id = 8")  # its pets cascade
+            finally:
+                primary.close()
+            await asyncio.sleep(4)  # the changes reach the daemon, which waits for the replica
+            sql(replica, "START SLAVE SQL_THREAD")
+        finally:
+            replica.close()
+        await wait_for_documents(es, alias, owners(PRIMARY), timeout=120)
+        await promote_replica()
+        stack("down", "failover-primary")
+        connector.repoint(REPLICA)
+        conn = server(REPLICA)
+        try:  # changes of both tables from the new primary, its binlog three files behind
+            sql(conn, "INSERT INTO owners VALUES (21, 'new')")
+            sql(conn, "INSERT INTO pets VALUES (61, 21, 'first'), (62, 3, 'second')")
+            sql(conn, "UPDATE owners SET name = 'after' WHERE id = 1")
+        finally:
+            conn.close()
+        await wait_for_documents(es, alias, owners(REPLICA), timeout=120)
+    # One record of epochs for the whole tree: both tables' partitions in one epoch.
+    registry = await StateStore(es).load(alias)
+    assert registry.current.number == 1
+    assert {c.epoch for c in registry.cursors.values()} == {1} and len(registry.cursors) == 2
+    report = await reconcile(config, config.tables[0], settle_s=0)
+    assert report.clean, report.as_json()
