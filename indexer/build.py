@@ -15,12 +15,12 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 
 # The modules every event goes through (envelope decoding, value encodings, checksums,
-# documents and versions, bulk lines, and the daemon's per-message bookkeeping, source
-# following and bulk settling): setup.py compiles these when it can.
+# documents and versions, bulk lines, joined documents' assembly, and the daemon's per-message
+# bookkeeping, source following and bulk settling): setup.py compiles these when it can.
 HOT_PATH = ("indexer.core.values", "indexer.core.checksums", "indexer.core.events",
             "indexer.core.documents", "indexer.core.versions", "indexer.core.sources",
-            "indexer.core.bulk", "indexer.jobs.follower", "indexer.jobs.daemon",
-            "indexer.search.sink")
+            "indexer.core.bulk", "indexer.core.trees", "indexer.jobs.follower",
+            "indexer.jobs.daemon", "indexer.search.sink")
 
 
 @dataclass(frozen=True)

@@ -128,11 +128,18 @@ class Daemon:
             log.info("indexer running: %d tables, group %s; %s", len(cfg.tables),
                      cfg.kafka.group_id, current_build().describe)
             self.started.set()
+            # Not `try/finally`: compiled by mypyc, an `await` inside `finally` mishandles the
+            # exception in flight and may raise a stale one instead (mypyc#1114; seen here as
+            # a daemon re-raising the previous daemon's failure in the same process).
+            failure: BaseException | None = None
             try:
                 await self._loop()
-            finally:
-                await self._shutdown()
-                self._parts = None
+            except BaseException as exc:  # Ctrl-C and cancellation shut down cleanly too
+                failure = exc
+            await self._shutdown()
+            self._parts = None
+            if failure is not None:
+                raise failure
         log.info("indexer stopped")
 
     @property

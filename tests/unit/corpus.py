@@ -14,13 +14,14 @@ from typing import Any
 
 import orjson
 
-from indexer.core import values
+from indexer.core import trees, values
 from indexer.core.bulk import action_line
 from indexer.core.checksums import content_hash, double_text, hash_text
 from indexer.core.documents import DocumentBuilder, document_id, pack_binlog_version
 from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.core.layout import Column, TableLayout
 from indexer.core.sources import Epoch
-from indexer.settings import ConnectorSettings, TableConfig, VersionSource
+from indexer.settings import ConnectorSettings, JoinSettings, TableConfig, VersionSource
 
 FIXTURES = Path(__file__).parent / "fixtures"
 POISON: list[tuple[bytes | None, bytes | None]] = [
@@ -108,6 +109,42 @@ def every_shape() -> list[Any]:
     return out
 
 
+def joined() -> list[Any]:
+    """Joined documents: assembled (lookups, children cut at their cap, dangling keys, value
+    joins, a composite key), written, touched, compared and read back from ids."""
+    def column(name: str, data_type: str = "int", key: int = 0) -> Column:
+        return Column(name, data_type, data_type, 0, key)
+
+    layouts = {
+        "s.p": TableLayout("s", "p", (column("id", key=1), column("name", "varchar"),
+                                      column("c_id"), column("f", "double"))),
+        "s.c": TableLayout("s", "c", (column("id", key=1), column("name", "varchar"))),
+        "s.v": TableLayout("s", "v", (column("p_id", key=1), column("n", key=2),
+                                      column("j", "json"))),
+    }
+    table = TableConfig("s", "p", "t", "p", "p.json", VersionSource("binlog"), joins=(
+        JoinSettings("cat", "lookup", "s", "c", "t.c", (("c_id", "id"),), value=("name",)),
+        JoinSettings("vs", "child", "s", "v", "t.v", (("id", "p_id"),), max=2)))
+    tree = trees.build(table, layouts)
+    cats, variants = trees.Matches(), trees.Matches()
+    cats.add((1,), {"id": 1, "name": "é|x"})
+    for n in range(3):
+        variants.add((7,), {"p_id": 7, "n": n, "j": {"a": [n, 1.5]}}, 3)
+    roots: list[tuple[dict[str, Any], dict[str, Any] | None]] = [
+        ({"id": 7}, {"id": 7, "name": "a", "c_id": 1, "f": d}) for d in DOUBLES[:6]]
+    roots += [({"id": 8}, {"id": 8, "name": None, "c_id": 9, "f": None}), ({"id": 9}, None)]
+    documents = trees.assemble(tree, roots, {1: cats, 2: variants}, trace=True)
+    return [
+        [(a.document, a.refs, a.truncated, a.rows) for a in documents],
+        [trees.write_for(a, 1 << 40, 5).source.decode() for a in documents],
+        [trees.document_hash(a.document) for a in documents if a.document is not None],
+        [sorted(trees.touch(tree, name, {"id": 1, "p_id": 7, "c_id": 1},
+                            {"id": 2, "p_id": 8, "c_id": 1}).refs) for name in ("s.c", "s.v")],
+        trees.differences({"a": [{"b": 1}], "c": {"d": 2}}, {"a": [{"b": 2}], "c": {"d": 3}}),
+        [trees.root_values_of_id(tree, i) for i in ("7", "-3")],
+    ]
+
+
 def corpus() -> list[Any]:
     lifecycle, alltypes = messages("t1_lifecycle.tsv"), messages("alltypes.tsv")
     schemaless = EnvelopeDecoder(ConnectorSettings(), {"price": "decimal(10,2)", "d": "date"})
@@ -128,6 +165,7 @@ def corpus() -> list[Any]:
         [values.time_from_micros(m, 6) for m in (0, -3_020_399_000_000, 45_296_789_012)],
         [document_id(k) for k in ({"id": 7}, {"a": "x|y", "b": 2}, {"id": 18446744073709551615})],
         [pack_binlog_version("mysql-bin.000042", 123_456, 7, Epoch(2, 1 << 9, 40))],
+        joined(),
     ]
 
 

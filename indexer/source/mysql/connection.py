@@ -24,6 +24,11 @@ from indexer.settings import ConfigError, MySQLSettings
 log = logging.getLogger(__name__)
 
 
+# TIMESTAMPs are written in UTC, like Debezium's; a joined table's rows are grouped per
+# parent into one value (GROUP_CONCAT), which max_allowed_packet bounds before this does.
+INIT_COMMAND = "SET time_zone = '+00:00', group_concat_max_len = 1073741824"
+
+
 def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
@@ -31,11 +36,10 @@ def quote(identifier: str) -> str:
 def connect(settings: MySQLSettings, database: str) -> pymysql.connections.Connection[Any]:
     """A connection in autocommit mode; a refusal becomes one line naming what to fix."""
     try:
-        # TIMESTAMPs are written in UTC, like Debezium's.
         return pymysql.connect(host=settings.host, port=settings.port, user=settings.user,
                                password=settings.password.reveal(), database=database,
                                charset="utf8mb4", autocommit=True,
-                               init_command="SET time_zone = '+00:00'", **_tls(settings))
+                               init_command=INIT_COMMAND, **_tls(settings))
     except pymysql.err.OperationalError as exc:
         raise ConfigError(_refusal(settings, exc)) from exc
 

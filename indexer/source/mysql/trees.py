@@ -92,7 +92,9 @@ class _Reader:
 
     def values(self, text: str | bytes) -> list[Any]:
         """The columns' canonical values, in the order selected (a column may come twice)."""
-        values: list[Any] = orjson.loads(text)
+        return self.finish(orjson.loads(text))
+
+    def finish(self, values: list[Any]) -> list[Any]:
         for i, finish in self.finishers:
             if values[i] is not None:
                 values[i] = finish(values[i])
@@ -100,6 +102,10 @@ class _Reader:
 
     def row(self, text: str | bytes) -> Row:
         return dict(zip(self.names, self.values(text), strict=True))
+
+    def row_of(self, values: list[Any]) -> Row:
+        """A row from its array already parsed (one element of a grouped value)."""
+        return dict(zip(self.names, self.finish(values), strict=True))
 
 
 class TreeRows:
@@ -180,10 +186,51 @@ class TreeRows:
                     found.add(tuple(row[c] for c in own), row)
                     every.append(row)
                 continue
-            for row, total in self._ranked(conn, node, where, args):
-                found.add(tuple(row[c] for c in own), row, total)
-                every.append(row)
+            for values, rows, total in self._grouped(conn, node, where, args):
+                for row in rows:
+                    found.add(values, row, total)
+                every += rows
         return found, every
+
+    def _grouped(self, conn: Connection, node: Node, where: str,
+                 args: list[Any]) -> list[tuple[Values, list[Row], int]]:
+        """A child table's rows for these parents: per parent, its first ``max`` rows in
+        order (one value the server builds: one packet per parent, not per row, which is
+        most of a Python client's cost) and how many it has in all. A parent whose rows do
+        not fit in one packet (the server answers NULL) is read row by row."""
+        reader = self._readers[node.index]
+        own = [quote(c) for c in node.own_columns]
+        partition = ", ".join(own)
+        order = self._order(node).removeprefix("ORDER BY ")
+        keys = _Reader.of([self._columns[node.index][c] for c in node.own_columns])
+        query = (f"SELECT {keys.columns}, CONCAT('[', GROUP_CONCAT(doc ORDER BY n SEPARATOR ','), "
+                 f"']'), MAX(total) FROM (SELECT {partition}, {reader.columns} AS doc, "
+                 f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) AS n, COUNT(*) "
+                 f"OVER (PARTITION BY {partition}) AS total FROM {_table(node)} {where}) AS "
+                 f"ranked WHERE n <= %s GROUP BY {partition}")
+        found: list[tuple[Values, list[Row], int]] = []
+        too_big: list[Values] = []
+        with conn.cursor() as cur:
+            cur.execute(query, (*args, node.max))
+            for values_text, docs, total in cur.fetchall():
+                values = tuple(keys.values(values_text))
+                if docs is None:
+                    too_big.append(values)
+                    continue
+                found.append((values, [reader.row_of(r) for r in orjson.loads(docs)],
+                              int(total)))
+        for values in too_big:  # rare: read its rows one by one
+            where_one, args_one = self._in(node, node.own_columns, [values])
+            rows = [row for row, _ in self._ranked(conn, node, where_one, args_one)]
+            found.append((values, rows, len(rows) if len(rows) < node.max else
+                          self._count(conn, node, where_one, args_one)))
+        return found
+
+    def _count(self, conn: Connection, node: Node, where: str, args: list[Any]) -> int:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {_table(node)} {where}", tuple(args))
+            ((total,),) = cur.fetchall()
+        return int(total)
 
     def _ranked(self, conn: Connection, node: Node, where: str,
                 args: list[Any]) -> list[tuple[Row, int]]:

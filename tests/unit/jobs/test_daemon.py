@@ -207,6 +207,22 @@ async def test_a_batch_that_fails_for_good_stops_the_daemon_and_nothing_past_it_
     assert all(c[TP] <= 2 for c in source.commits)  # the first batch only, after its write
 
 
+async def test_a_daemon_after_one_that_failed_runs_clean(
+        lifecycle: list[tuple[bytes | None, bytes | None]]) -> None:
+    """Compiled by mypyc, an `await` inside a `finally` raised the previous failure again
+    (mypyc#1114): a second daemon in the process ended with the first one's error."""
+    failing = Daemon(CONFIG, parts=parts_of(MemorySource(lifecycle + lifecycle),
+                                            MemorySink(fail_on_call=2), MemoryDeadLetters()))
+    with pytest.raises(RuntimeError, match="refused the request for good"):
+        await asyncio.wait_for(failing.run(), 10)
+    source = MemorySource(lifecycle)
+    daemon = Daemon(CONFIG, parts=parts_of(source, MemorySink(), MemoryDeadLetters()))
+    task = asyncio.create_task(daemon.run())
+    await until(lambda: bool(source.commits) and source.commits[-1][TP] == len(lifecycle), task)
+    daemon.stop()
+    await task  # returns: nothing stale is raised
+
+
 def test_the_recorded_lifecycle_is_what_these_tests_expect() -> None:
     pairs = messages("t1_lifecycle.tsv")
     assert len(pairs) == 4 and pairs[-1][1] is None  # c, u, d and Debezium's tombstone
