@@ -14,19 +14,24 @@ mariadb --no-defaults -h127.0.0.1 -P"${MYSQL_PORT:-3306}" -uindexer -pindexer < 
 daemon=$!
 stop_daemon() { kill -INT $daemon 2>/dev/null || true; wait $daemon || true; }
 trap stop_daemon EXIT INT TERM
+count() { (curl -fsS "$ES_URL/$1/_count" 2>/dev/null || true) | sed -n 's/.*"count":\([0-9]*\).*/\1/p'; }
 for _ in $(seq 1 120); do
-  n=$( (curl -fsS "$ES_URL/products/_count" 2>/dev/null || true) | sed -n 's/.*"count":\([0-9]*\).*/\1/p')
-  [[ "${n:-0}" -ge 8 ]] && break
+  n=$(count products)
+  orders=$(count orders)
+  [[ "${n:-0}" -ge 8 && "${orders:-0}" -ge 3 ]] && break
   kill -0 $daemon 2>/dev/null || { echo "[demo] indexer run exited" >&2; exit 1; }
   sleep 0.5
 done
 cat <<MSG
 
-[demo] ${n:-0} products are in Elasticsearch, streamed from MariaDB through Debezium and Kafka.
+[demo] ${n:-0} products are in Elasticsearch, streamed from MariaDB through Debezium and Kafka,
+       and ${orders:-0} orders, each joined with its customer and its lines' products.
 
   Search them:       curl '$ES_URL/products/_search?q=tea&pretty'
+  An order, joined:  curl '$ES_URL/orders/_doc/100?pretty'
   Change a row:      mariadb -h127.0.0.1 -uindexer -pindexer demo \\
                        -e "UPDATE products SET price = 6.50, tags = 'sale' WHERE sku = 'TEA-001'"
+                     (orders 100 and 102 hold that product: their documents change too)
   Delete a row:      mariadb -h127.0.0.1 -uindexer -pindexer demo -e "DELETE FROM products WHERE id = 2"
   Watch the metrics: curl -s localhost:9464/metrics | grep ^indexer_
   Health:            .venv/bin/indexer check --config examples/demo.toml

@@ -186,6 +186,24 @@ class Rebuilds:
     # --- finding the documents ----------------------------------------------------------------
 
     async def _resolve(self, alias: str, requests: Sequence[Request]) -> None:
+        """Each request's root keys; a request whose walk fails for good (a value MySQL
+        refuses) is marked failed alone, found by walking each request of the batch apart."""
+        try:
+            await self._walk(alias, requests)
+            return
+        except _PERMANENT as exc:
+            if len(requests) == 1:
+                _fail(requests[0], exc, "finding its documents")
+                return
+        for request in requests:
+            request.roots.clear()
+            try:
+                await self._walk(alias, [request])
+            except _PERMANENT as exc:
+                request.roots.clear()
+                _fail(request, exc, "finding its documents")
+
+    async def _walk(self, alias: str, requests: Sequence[Request]) -> None:
         """Each request's root keys: those it names, and the walk up from its join values
         (all the batch's values of a node in one query per level)."""
         tree = self._rows[alias].tree
@@ -255,6 +273,22 @@ class Rebuilds:
 
     async def _write_page(self, alias: str, page: list[Values],
                           touched: Mapping[Values, list[Request]]) -> None:
+        """A page of documents; when reading it fails for good (a row a finisher cannot
+        read), its halves are tried apart, down to the documents that fail, whose changes are
+        marked failed (dead-lettered by the daemon) while the others are written."""
+        try:
+            await self._write_documents(alias, page, touched)
+        except _PERMANENT as exc:
+            if len(page) == 1:
+                for request in touched[page[0]]:
+                    _fail(request, exc, "reading its documents")
+                return
+            middle = len(page) // 2
+            await self._write_page(alias, page[:middle], touched)
+            await self._write_page(alias, page[middle:], touched)
+
+    async def _write_documents(self, alias: str, page: list[Values],
+                               touched: Mapping[Values, list[Request]]) -> None:
         tree = self._rows[alias].tree
         newest = {root: max(touched[root], key=lambda r: r.version) for root in page}
         gtids = _newest_gtids(r for root in page for r in touched[root])
@@ -360,6 +394,19 @@ class Rebuilds:
 
     def _name(self, alias: str) -> str:
         return self._tables[alias].name
+
+
+# Errors that another try will not mend (a value MySQL or a finisher refuses, a query MySQL
+# will not run): the change they come from is dead-lettered, not retried for ever. Transient
+# ones (MySQL away, a replica behind) never get here: _mysql retries them.
+_PERMANENT = (pymysql.err.MySQLError, ValueError, TypeError, KeyError, LookupError,
+              ArithmeticError)
+
+
+def _fail(request: Request, exc: BaseException, doing: str) -> None:
+    log.error("joined documents of %s: a change cannot be rebuilt (%s: %s: %s); it is "
+              "dead-lettered", request.alias, doing, type(exc).__name__, exc)
+    request.failure = (REBUILD_FAILED, f"{doing}: {type(exc).__name__}: {exc}")
 
 
 def _by_alias(requests: Sequence[Request]) -> dict[str, list[Request]]:

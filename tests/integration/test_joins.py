@@ -29,6 +29,7 @@ from indexer.jobs.reconcile import reconcile
 from indexer.jobs.reindex import reindex
 from indexer.search.client import SearchClient
 from indexer.settings import Config, ConfigError
+from indexer.source.mysql.trees import TreeRows, load_tree
 from tests.integration.conftest import (
     DATABASE,
     PROFILE,
@@ -45,6 +46,7 @@ from tests.integration.conftest import (
     wait_for_topic,
     wait_until,
 )
+from tests.integration.test_canary import FAST
 
 TABLES = ("categories", "brands", "products", "variants", "stock", "tags", "product_tags")
 MAPPING = {
@@ -212,6 +214,7 @@ async def settled(db: Any, es: SearchClient, shop: Shop, timeout: float = 60) ->
     await wait_for_documents(es, shop.alias, shop.expected(db), timeout=timeout)
 
 
+@pytest.mark.servers  # nested documents, refs and versions on every server
 async def test_every_change_kind_rebuilds_exactly_the_touched_documents(
         db: Any, es: SearchClient, shop: Shop, make_config: Any) -> None:
     t = shop.t
@@ -415,6 +418,7 @@ async def _versions(es: SearchClient, alias: str) -> dict[str, tuple[int, Any]]:
     return {h["_id"]: (h["_version"], h["_source"]) for h in response["hits"]["hits"]}
 
 
+@pytest.mark.servers  # nested documents, refs and versions on every server
 async def test_reconcile_finds_a_child_changed_behind_the_daemons_back_and_repairs_it(
         db: Any, es: SearchClient, shop: Shop, make_config: Any) -> None:
     config = make_config(shop.entry(), verify={"enabled": False})
@@ -473,3 +477,34 @@ async def test_joins_that_cannot_work_stop_the_start_with_the_reason(
     assert not await es.indices(f"{shop.alias}-v*")
     with pytest.raises(ConfigError, match="joined documents need binlog versions"):
         build_config({**PROFILE, "tables": [shop.entry(version="column:price")]}, REPO)
+
+
+async def test_a_parent_whose_children_do_not_fit_one_value_is_read_row_by_row(
+        db: Any, shop: Shop, make_config: Any) -> None:
+    config = make_config(shop.entry())
+    tree = load_tree(config.mysql, config.tables[0])
+    keys = [{"id": i} for i in range(1, 7)]
+    conn = mysql_connect()
+    try:
+        whole = TreeRows(tree).by_keys(conn, keys)
+        sql(conn, "SET SESSION group_concat_max_len = 64")  # every group is cut
+        cut = TreeRows(tree).by_keys(conn, keys)
+    finally:
+        conn.close()
+    assert [a.document for a in cut] == [a.document for a in whole]
+    assert all(a.document and a.document["variants"] for a in whole)
+
+
+async def test_continuous_verification_repairs_a_joined_document_by_itself(
+        db: Any, es: SearchClient, shop: Shop, make_config: Any) -> None:
+    config = make_config(shop.entry(), verify={"period_s": 4, "settle_s": 1, "repair": True},
+                         canary=FAST)
+    async with streaming(db, es, shop, config) as daemon:
+        sql(db, "SET SESSION sql_log_bin = 0")  # behind the pipeline's back
+        sql(db, f"UPDATE {shop.t('variants')} SET grams = 1 WHERE id = 31")
+        sql(db, f"DELETE FROM {shop.t('product_tags')} WHERE product_id = 6")
+        sql(db, "SET SESSION sql_log_bin = 1")
+        await settled(db, es, shop, timeout=120)  # found, looked at twice, repaired
+        repaired = daemon.metrics.registry.get_sample_value(
+            "indexer_verify_repaired_total", {"table": config.tables[0].name})
+        assert repaired == 2

@@ -197,7 +197,8 @@ class TreeRows:
         """A child table's rows for these parents: per parent, its first ``max`` rows in
         order (one value the server builds: one packet per parent, not per row, which is
         most of a Python client's cost) and how many it has in all. A parent whose rows do
-        not fit in one packet (the server answers NULL) is read row by row."""
+        not fit in one packet (the server answers NULL, or cuts the value) is read row by
+        row."""
         reader = self._readers[node.index]
         own = [quote(c) for c in node.own_columns]
         partition = ", ".join(own)
@@ -214,11 +215,14 @@ class TreeRows:
             cur.execute(query, (*args, node.max))
             for values_text, docs, total in cur.fetchall():
                 values = tuple(keys.values(values_text))
-                if docs is None:
+                try:
+                    parsed = orjson.loads(docs) if docs is not None else None
+                except orjson.JSONDecodeError:  # cut at a lower group_concat_max_len
+                    parsed = None
+                if parsed is None:
                     too_big.append(values)
                     continue
-                found.append((values, [reader.row_of(r) for r in orjson.loads(docs)],
-                              int(total)))
+                found.append((values, [reader.row_of(r) for r in parsed], int(total)))
         for values in too_big:  # rare: read its rows one by one
             where_one, args_one = self._in(node, node.own_columns, [values])
             rows = [row for row, _ in self._ranked(conn, node, where_one, args_one)]
