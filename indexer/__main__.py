@@ -1,3 +1,4 @@
 from indexer.cli import main
 
-main()
+if __name__ == "__main__":  # not when a worker process (reconcile's) imports it as its main
+    main()

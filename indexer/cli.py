@@ -377,10 +377,12 @@ def dlq_replay(
     """Re-deliver dead letters to their source topics (after fixing what failed)."""
     from datetime import UTC
 
+    from indexer.core.trees import tree_topics
     from indexer.jobs.dlq import ReplayFilter, replay
 
     cfg = _config(config, log_level)
-    topics = frozenset(_table(cfg, t).topic for t in table or [])
+    # A joined table's letters come from every table of its tree.
+    topics = frozenset(topic for t in table or [] for topic in tree_topics(_table(cfg, t)))
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
     selection = ReplayFilter(topics=topics, kinds=frozenset(kind or []), since=since)

@@ -92,8 +92,9 @@ class Metrics:
                                "a change of a table of their tree, by outcome (indexed, deleted, "
                                "stale, failed)", ["table", "outcome"], registry=r)
         self.rebuild_fanout = Histogram("indexer_rebuild_fanout", "Joined documents one change "
-                                        "touched", ["table"], buckets=FANOUT_BUCKETS,
-                                        registry=r)
+                                        "touched, for changes touching none or more than one "
+                                        "(most touch one: indexer_events_total counts them)",
+                                        ["table"], buckets=FANOUT_BUCKETS, registry=r)
         self.rebuild_seconds = Histogram("indexer_rebuild_seconds", "From a batch's changes to "
                                          "their joined documents confirmed by the search server "
                                          "(a fan-out's pages each)", ["table"],

@@ -141,8 +141,7 @@ async def sql_sums(config: Config, plan: Plan, parallel: int,
         return await asyncio.to_thread(plan.reads.chunk_sums, plan.width, first, last)
     # Whole chunks per slice; rows inserted beyond the bounds read earlier still count.
     slices = snapshots.open_slices(plan.low // plan.width, plan.high // plan.width, parallel)
-    parts = await asyncio.gather(*(
-        asyncio.to_thread(plan.reads.chunk_sums, plan.width, a, b) for a, b in slices))
+    parts = await plan.reads.slices_sums(plan.width, slices)
     merged: dict[int, checksum_sql.ChunkSum] = {}
     for part in parts:
         merged.update(part)

@@ -108,6 +108,7 @@ class Daemon:
         # Rebuilds finished in the background (fan-outs), each holding its batch's partitions.
         self._later: dict[asyncio.Task[None], asyncio.Task[None]] = {}  # job -> its batch
         self._holding: dict[asyncio.Task[None], set[TopicPartition]] = {}  # batch -> held
+        self._last_tp: TopicPartition | None = None
         self._saving: asyncio.Task[None] | None = None
         self._committing: asyncio.Task[None] | None = None
         self.started = asyncio.Event()
@@ -287,8 +288,15 @@ class Daemon:
             touch = rebuilds.touch(place.alias, place.table, change.before, change.after)
             if touch.roots or touch.starts or touch.refs:
                 found.append(Request(place.alias, touch, version, position.ts_ms, position.gtid,
-                                     _tp(record)))
+                                     self._partition_of(record)))
         return found
+
+    def _partition_of(self, record: ConsumerRecord[bytes, bytes]) -> TopicPartition:
+        """The record's partition, made once for a run of records of one partition."""
+        last = self._last_tp
+        if last is None or last.partition != record.partition or last.topic != record.topic:
+            last = self._last_tp = _tp(record)
+        return last
 
     async def _process(self, batch: Batch) -> None:
         sink = self._p.sink

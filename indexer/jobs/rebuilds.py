@@ -148,9 +148,10 @@ class Rebuilds:
         for alias, group in _by_alias(requests).items():
             await self._resolve(alias, group)
             touched: dict[Values, list[Request]] = {}
+            fanout = self._metrics.rebuild_fanout.labels(self._name(alias))
             for request in group:
-                self._metrics.rebuild_fanout.labels(self._name(alias)).observe(
-                    len(request.roots))
+                if len(request.roots) != 1:  # one per change is most; events_total counts them
+                    fanout.observe(len(request.roots))
                 if request.touch.refs or len(request.roots) > FANOUT_ROOTS:
                     later.setdefault(request.holder, []).append(request)
                     continue

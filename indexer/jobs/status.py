@@ -128,11 +128,15 @@ async def gather(config: Config, since_ms: int | None) -> Status:
             tables[table.topic].partitions = [
                 await _partition(reader, config, table, lag) for lag in lags]
         # Counted fetch by fetch: a dead letter keeps its message, which may be megabytes.
+        # A joined document's letters come from any table of its tree.
+        by_topic = {topic: tables[table.topic] for table in config.tables
+                    for topic in trees.tree_topics(table)}
+        by_topic.update({table.topic: tables[table.topic] for table in config.tables})
         async for batch in reader.since(config.kafka.dead_letter_topic, since_ms):
             for record in batch:
                 letter = DeadLetter.from_headers(record.headers)
-                if letter is not None and letter.topic in tables:
-                    kinds = tables[letter.topic].dead_letters
+                if letter is not None and letter.topic in by_topic:
+                    kinds = by_topic[letter.topic].dead_letters
                     kinds[letter.kind] = kinds.get(letter.kind, 0) + 1
     result = Status(group, consumers, iso_time(since_ms) if since_ms else None,
                     list(tables.values()))

@@ -310,6 +310,9 @@ async def test_a_fan_out_killed_mid_way_loses_nothing(
         assert second.proc.poll() is None, second.tail()
         assert renamed < touched, "killed after the fan-out ended: nothing was tested"
         assert "a fan-out; only its partition's commits wait" in second.tail()
+        # Three chunks of documents: their sums are read by two worker processes.
+        report = await reconcile(config, config.tables[0], settle_s=0)
+        assert report.clean and report.rows == products and report.chunks > 1
     finally:
         drop_shop(db, shop)
         with contextlib.suppress(Exception):

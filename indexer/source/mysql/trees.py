@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import orjson
 import pymysql
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 Connection: TypeAlias = "pymysql.connections.Connection[Any]"
 
+Grouping = Literal["limit", "window"]
 # Values per IN list: one round trip for a thousand parents, well under max_allowed_packet.
 VALUES_PER_QUERY = 1000
 # Roots per page of a key-ordered read (reindex, reconcile): about the size of a bulk.
@@ -112,8 +113,11 @@ class TreeRows:
     """Reads a tree's documents: roots by key or in key order, then each joined table for the
     whole batch at once; and finds the documents a change touches."""
 
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, tree: Tree, grouping: Grouping | None = None) -> None:
         self.tree = tree
+        # How a parent's children are cut at their cap inside one grouped value: MariaDB's
+        # GROUP_CONCAT takes a LIMIT, MySQL's does not (window functions rank them first).
+        self.grouping: Grouping = grouping or ("limit" if tree.flavor == "mariadb" else "window")
         self._readers = tuple(_Reader.of(n.columns) for n in tree.nodes)
         self._root = tree.root
         self._columns = {n.index: {c.name: c for c in n.columns} for n in tree.nodes}
@@ -200,19 +204,25 @@ class TreeRows:
         not fit in one packet (the server answers NULL, or cuts the value) is read row by
         row."""
         reader = self._readers[node.index]
-        own = [quote(c) for c in node.own_columns]
-        partition = ", ".join(own)
+        partition = ", ".join(quote(c) for c in node.own_columns)
         order = self._order(node).removeprefix("ORDER BY ")
         keys = _Reader.of([self._columns[node.index][c] for c in node.own_columns])
-        query = (f"SELECT {keys.columns}, CONCAT('[', GROUP_CONCAT(doc ORDER BY n SEPARATOR ','), "
-                 f"']'), MAX(total) FROM (SELECT {partition}, {reader.columns} AS doc, "
-                 f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) AS n, COUNT(*) "
-                 f"OVER (PARTITION BY {partition}) AS total FROM {_table(node)} {where}) AS "
-                 f"ranked WHERE n <= %s GROUP BY {partition}")
+        if self.grouping == "limit":  # MariaDB 10.3+: the cap inside GROUP_CONCAT, a third less
+            query = (f"SELECT {keys.columns}, CONCAT('[', GROUP_CONCAT({reader.columns} ORDER BY "
+                     f"{order} SEPARATOR ',' LIMIT %s), ']'), COUNT(*) FROM {_table(node)} "
+                     f"{where} GROUP BY {partition}")
+            args = [node.max, *args]
+        else:  # MySQL 8 has no LIMIT there: ranked first by window functions
+            query = (f"SELECT {keys.columns}, CONCAT('[', GROUP_CONCAT(doc ORDER BY n "
+                     f"SEPARATOR ','), ']'), MAX(total) FROM (SELECT {partition}, "
+                     f"{reader.columns} AS doc, ROW_NUMBER() OVER (PARTITION BY {partition} "
+                     f"ORDER BY {order}) AS n, COUNT(*) OVER (PARTITION BY {partition}) AS total "
+                     f"FROM {_table(node)} {where}) AS ranked WHERE n <= %s GROUP BY {partition}")
+            args = [*args, node.max]
         found: list[tuple[Values, list[Row], int]] = []
         too_big: list[Values] = []
         with conn.cursor() as cur:
-            cur.execute(query, (*args, node.max))
+            cur.execute(query, tuple(args))
             for values_text, docs, total in cur.fetchall():
                 values = tuple(keys.values(values_text))
                 try:
