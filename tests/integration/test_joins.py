@@ -482,20 +482,34 @@ async def test_joins_that_cannot_work_stop_the_start_with_the_reason(
         build_config({**PROFILE, "tables": [shop.entry(version="column:price")]}, REPO)
 
 
-async def test_a_parent_whose_children_do_not_fit_one_value_is_read_row_by_row(
+async def test_every_way_of_reading_children_reads_the_same_documents(
         db: Any, shop: Shop, make_config: Any) -> None:
-    config = make_config(shop.entry())
-    tree = load_tree(config.mysql, config.tables[0])
+    """MariaDB caps a parent's children inside GROUP_CONCAT, MySQL 8 ranks them with window
+    functions first (MariaDB runs both), and a group too big for one value is read row by
+    row: the same documents, cut at the same cap."""
+    capped = shop.entry()
+    capped["children"]["variants"]["max"] = 1
     keys = [{"id": i} for i in range(1, 7)]
     conn = mysql_connect()
     try:
-        whole = TreeRows(tree).by_keys(conn, keys)
-        sql(conn, "SET SESSION group_concat_max_len = 64")  # every group is cut
-        cut = TreeRows(tree).by_keys(conn, keys)
+        found = {}
+        for name, entry in (("all", shop.entry()), ("capped", capped)):
+            tree = load_tree(make_config(entry).mysql, make_config(entry).tables[0])
+            found[name, "limit"] = TreeRows(tree, "limit").by_keys(conn, keys)
+            found[name, "window"] = TreeRows(tree, "window").by_keys(conn, keys)
+            sql(conn, "SET SESSION group_concat_max_len = 64")  # every group is cut
+            found[name, "rows"] = TreeRows(tree, "limit").by_keys(conn, keys)
+            sql(conn, "SET SESSION group_concat_max_len = 1073741824")
     finally:
         conn.close()
-    assert [a.document for a in cut] == [a.document for a in whole]
-    assert all(a.document and a.document["variants"] for a in whole)
+    for name in ("all", "capped"):
+        limit, window, rows = (found[name, way] for way in ("limit", "window", "rows"))
+        assert [(a.document, a.truncated) for a in window] == [
+            (a.document, a.truncated) for a in limit] == [(a.document, a.truncated) for a in rows]
+    assert all(a.document and len(a.document["variants"]) == 2 for a in found["all", "limit"])
+    cut = found["capped", "limit"]
+    assert all(a.document and len(a.document["variants"]) == 1 for a in cut)
+    assert all(a.truncated == ["variants"] for a in cut)
 
 
 async def test_continuous_verification_repairs_a_joined_document_by_itself(
