@@ -301,7 +301,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         if changed_column:
             _check_identifier(changed_column, f"{where}.changed_column")
     version = _version_source(str(raw.get("version", "binlog")), f"{where}.version")
-    joins = parse_joins(raw, where, database, table, connector, _names)
+    joins = parse_joins(raw, where, database, table, connector, _names, _check_identifier)
     if joins and version.kind != "binlog":
         raise ConfigError(f"{where}.version: joined documents need binlog versions: a column's "
                           "version does not order changes across the tables of a document")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from indexer.settings import (
@@ -22,7 +23,6 @@ from indexer.settings import (
     JoinSettings,
 )
 
-IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 # A document field a join fills: a plain name (a dot would make it a path).
 FIELD_NAME = re.compile(r"^[A-Za-z0-9_$-]{1,128}$")
 _ORDER = re.compile(r"^\s*([A-Za-z0-9_$]{1,64})(?:\s+(asc|desc))?\s*$", re.IGNORECASE)
@@ -32,17 +32,29 @@ _ALLOWED = {"table", "topic", "on", "include", "exclude", "rename", "value", "al
 _CHILD_ONLY = {"order_by", "max"}
 
 Names = Callable[[Any, str], tuple[str, ...]]
+Identifier = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class _Readers:
+    """How the table's own settings are read, for its joins' alike: a list of column names,
+    and a MySQL identifier (each raising ConfigError naming the setting)."""
+
+    names: Names
+    identifier: Identifier
 
 
 def parse_joins(raw: dict[str, Any], where: str, database: str, table: str,
-                connector: ConnectorSettings, names: Names) -> tuple[JoinSettings, ...]:
-    """The joins of a ``[[tables]]`` entry (``raw``), checked. ``names`` reads a list of
-    column names the way the table's own include and exclude are read."""
-    return _joins(raw, where, database, (f"{database}.{table}",), connector, names)
+                connector: ConnectorSettings, names: Names,
+                identifier: Identifier) -> tuple[JoinSettings, ...]:
+    """The joins of a ``[[tables]]`` entry (``raw``), checked. ``names`` and ``identifier``
+    read column lists and identifiers the way the table's own settings are read."""
+    return _joins(raw, where, database, (f"{database}.{table}",), connector,
+                  _Readers(names, identifier))
 
 
 def _joins(raw: dict[str, Any], where: str, database: str, path: tuple[str, ...],
-           connector: ConnectorSettings, names: Names) -> tuple[JoinSettings, ...]:
+           connector: ConnectorSettings, read: _Readers) -> tuple[JoinSettings, ...]:
     found: list[JoinSettings] = []
     seen: set[str] = set()
     for section, kind in SECTIONS:
@@ -59,12 +71,12 @@ def _joins(raw: dict[str, Any], where: str, database: str, path: tuple[str, ...]
                 raise ConfigError(f"{here}: another join of the same table fills the field "
                                   f"{name!r}")
             seen.add(name)
-            found.append(_join(entry, here, name, kind, database, path, connector, names))
+            found.append(_join(entry, here, name, kind, database, path, connector, read))
     return tuple(found)
 
 
 def _join(raw: Any, where: str, name: str, kind: JoinKind, database: str,
-          path: tuple[str, ...], connector: ConnectorSettings, names: Names) -> JoinSettings:
+          path: tuple[str, ...], connector: ConnectorSettings, read: _Readers) -> JoinSettings:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table of settings")
     allowed = _ALLOWED | (_CHILD_ONLY if kind == "child" else set())
@@ -80,7 +92,7 @@ def _join(raw: Any, where: str, name: str, kind: JoinKind, database: str,
     db, _, table = table_name.rpartition(".")
     db = db or database
     for part in (db, table):
-        _identifier(part, f"{where}.table")
+        read.identifier(part, f"{where}.table")
     full = f"{db}.{table}"
     if full in path:
         cycle = " -> ".join((*path[path.index(full):], full))
@@ -97,10 +109,10 @@ def _join(raw: Any, where: str, name: str, kind: JoinKind, database: str,
         raise ConfigError(f"{where}.on: expected {{ <the parent's column> = \"<this table's "
                           "column>\" }, one pair per column of the key")
     for parent_column, column in on.items():
-        _identifier(parent_column, f"{where}.on")
-        _identifier(column, f"{where}.on")
-    include = names(raw["include"], f"{where}.include") if "include" in raw else None
-    exclude = names(raw.get("exclude", []), f"{where}.exclude")
+        read.identifier(parent_column, f"{where}.on")
+        read.identifier(column, f"{where}.on")
+    include = read.names(raw["include"], f"{where}.include") if "include" in raw else None
+    exclude = read.names(raw.get("exclude", []), f"{where}.exclude")
     if include is not None and exclude:
         raise ConfigError(f"{where}: set include or exclude, not both")
     rename = raw.get("rename", {})
@@ -125,7 +137,7 @@ def _join(raw: Any, where: str, name: str, kind: JoinKind, database: str,
         order_by=_order(raw.get("order_by", []), f"{where}.order_by"),
         max=_max(raw.get("max", DEFAULT_CHILDREN_MAX), f"{where}.max"),
         value=tuple(value.split(".")) if value else None, allow_unindexed=allow,
-        joins=_joins(raw, where, db, (*path, full), connector, names))
+        joins=_joins(raw, where, db, (*path, full), connector, read))
     if join.value is not None:
         _check_value_path(join, where)
     return join
@@ -169,9 +181,3 @@ def _max(raw: Any, where: str) -> int:
     if value < 1:
         raise ConfigError(f"{where}: must be at least 1")
     return value
-
-
-def _identifier(value: str, where: str) -> None:
-    if not IDENTIFIER.match(value):
-        raise ConfigError(f"{where}: {value!r} is not a plain MySQL identifier "
-                          "(letters, digits, '_' and '$', at most 64)")

@@ -458,24 +458,21 @@ async def test_reconcile_finds_a_child_changed_behind_the_daemons_back_and_repai
 async def test_joins_that_cannot_work_stop_the_start_with_the_reason(
         db: Any, es: SearchClient, shop: Shop, make_config: Any) -> None:
     t = shop.t
-    no_index = shop.entry(lookups={"category": {"table": t("categories"),
-                                                "on": {"category_id": "slug"}}})
-    with pytest.raises(ConfigError, match=r"lookups.category.on: categories_\w+\(slug\) is neither "
-                                          "its primary key nor a unique key"):
-        async with running(make_config(no_index)):
-            pass
-    unindexed = shop.entry(children={"tags": {"table": t("product_tags"),
-                                              "on": {"name": "tag_id"}}})
-    with pytest.raises(ConfigError, match=r"no index on products_\w+\(name\), so finding the "
-                                          "documents a change touches would scan"):
-        async with running(make_config(unindexed)):
-            pass
-    unknown = shop.entry(children={"variants": {"table": t("variants"),
-                                                "on": {"id": "variant"}}})
-    with pytest.raises(ConfigError, match=r"children.variants.on: variants_\w+ has no column "
-                                          "'variant'"):
-        async with running(make_config(unknown)):
-            pass
+    refused = [
+        (shop.entry(lookups={"category": {"table": t("categories"),
+                                          "on": {"category_id": "slug"}}}),
+         r"lookups.category.on: categories_\w+\(slug\) is neither its primary key nor a "
+         "unique key"),
+        (shop.entry(children={"tags": {"table": t("product_tags"), "on": {"name": "tag_id"}}}),
+         r"no index on products_\w+\(name\), so finding the documents a change touches "
+         "would scan"),
+        (shop.entry(children={"variants": {"table": t("variants"), "on": {"id": "variant"}}}),
+         r"children.variants.on: variants_\w+ has no column 'variant'"),
+    ]
+    for entry, reason in refused:
+        with pytest.raises(ConfigError, match=reason):
+            async with running(make_config(entry)):
+                pass
     # None of them made an index.
     assert not await es.indices(f"{shop.alias}-v*")
     with pytest.raises(ConfigError, match="joined documents need binlog versions"):
