@@ -162,27 +162,42 @@ class Rebuilds:
         return later
 
     async def finish(self, requests: Sequence[Request]) -> None:
-        """Rebuilds what :meth:`rebuild` left for later, one request after the other."""
-        for request in requests:
-            alias, name = request.alias, self._name(request.alias)
-            if request.touch.refs:
-                request.roots |= await self._referring(alias, request.touch.refs)
-            started = time.monotonic()
-            total = len(request.roots)
-            if total > FANOUT_ROOTS:
-                log.info("joined documents of %s: rebuilding %d documents touched by one change "
-                         "(a fan-out; only its partition's commits wait)", name, total)
-            await self._write(alias, {root: [request] for root in request.roots},
-                              progress=total > FANOUT_ROOTS)
-            if request.touch.refs:
-                # Rebuilds that read the removed row before it went and wrote later: asked again.
+        """Rebuilds what :meth:`rebuild` left for later: the documents holding removed lookup
+        rows (asked of the index for all of them at once, and once more SETTLE_S later), then
+        each fan-out with its progress, the rest together."""
+        for alias, group in _by_alias(requests).items():
+            removed = [r for r in group if r.touch.refs]
+            if removed:
+                await self._add_referring(alias, removed)
+            small: dict[Values, list[Request]] = {}
+            for request in group:
+                if len(request.roots) > FANOUT_ROOTS:
+                    await self._fan_out(alias, request)
+                    continue
+                for root in request.roots:
+                    small.setdefault(root, []).append(request)
+            if small:
+                await self._write(alias, small)
+            if removed:
+                # Rebuilds that read a removed row before it went and wrote later: the index
+                # is asked again, once for all of them.
                 await asyncio.sleep(SETTLE_S)
-                again = await self._referring(alias, request.touch.refs) - request.roots
+                seen = {id(r): set(r.roots) for r in removed}
+                await self._add_referring(alias, removed)
+                again: dict[Values, list[Request]] = {}
+                for request in removed:
+                    for root in request.roots - seen[id(request)]:
+                        again.setdefault(root, []).append(request)
                 if again:
-                    await self._write(alias, {root: [request] for root in again})
-            if total > FANOUT_ROOTS:
-                log.info("joined documents of %s: rebuilt %d documents in %.1f s", name, total,
-                         time.monotonic() - started)
+                    await self._write(alias, again)
+
+    async def _fan_out(self, alias: str, request: Request) -> None:
+        name, total, started = self._name(alias), len(request.roots), time.monotonic()
+        log.info("joined documents of %s: rebuilding %d documents touched by one change (a "
+                 "fan-out; only its partition's commits wait)", name, total)
+        await self._write(alias, {root: [request] for root in request.roots}, progress=True)
+        log.info("joined documents of %s: rebuilt %d documents in %.1f s", name, total,
+                 time.monotonic() - started)
 
     # --- finding the documents ----------------------------------------------------------------
 
@@ -229,19 +244,23 @@ class Rebuilds:
                 for request in starts[node].get(value, ()):
                     request.roots |= roots
 
-    async def _referring(self, alias: str, refs: Iterable[str]) -> set[Values]:
-        """The documents the index says embed these lookup rows (every index the daemon
-        writes to, refreshed first so that what was written is seen)."""
+    async def _add_referring(self, alias: str, requests: Sequence[Request]) -> None:
+        """Adds to each request the documents the index says embed the lookup rows it
+        removed (every index the daemon writes to, refreshed first so that what was written
+        is seen): one query for all of them."""
         tree = self._rows[alias].tree
         target = sync_alias(alias)
-        query = {"query": {"terms": {"_indexer.refs": sorted(refs)}}, "_source": False}
-        found: set[Values] = set()
+        refs = sorted({ref for r in requests for ref in r.touch.refs})
+        query = {"query": {"terms": {"_indexer.refs": refs}}, "_source": ["_indexer.refs"]}
+        found: list[tuple[Values, set[str]]] = []
         async for attempt in retrying(self._config.batch.max_backoff_s):
             with attempt:
                 await self._client.refresh(target)
-                found = {trees.root_values_of_id(tree, hit["_id"])
-                         async for hit in self._client.scan(target, query)}
-        return found
+                found = [(trees.root_values_of_id(tree, hit["_id"]),
+                          set((hit["_source"].get("_indexer") or {}).get("refs") or ()))
+                         async for hit in self._client.scan(target, query)]
+        for request in requests:
+            request.roots.update(root for root, held in found if held & request.touch.refs)
 
     # --- reading and writing documents ---------------------------------------------------------
 

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
+import pytest
 
 from indexer.config import build_config
 from indexer.core.trees import Touch, Values
+from indexer.jobs import rebuilds as rebuilds_module
 from indexer.jobs.rebuilds import REBUILD_FAILED, Rebuilds, Request
 from indexer.metrics import Metrics
 
@@ -63,3 +65,34 @@ async def test_a_document_that_cannot_be_read_fails_its_changes_only() -> None:
     assert sorted(rebuilds.written) == [(i,) for i in range(1, 13)] + [(14,)]
     assert first.failure is None
     assert bad.failure is not None and "reading its documents: ValueError" in bad.failure[1]
+
+
+class Removing(Refusing):
+    """The index in memory: documents 7 and 8 hold tag 1, document 9 tag 2; a document
+    written in flight shows up at the second look."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+
+    async def _add_referring(self, alias: str, requests: Sequence[Request]) -> None:
+        self.looks += 1
+        held = {(7,): {"t#1"}, (8,): {"t#1"}, (9,): {"t#2"}}
+        if self.looks > 1:
+            held[(10,)] = {"t#2"}
+        for request in requests:
+            request.roots |= {root for root, refs in held.items() if refs & request.touch.refs}
+
+
+async def test_removed_lookup_rows_are_looked_up_together_and_once_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rebuilds_module, "SETTLE_S", 0)
+    rebuilds = Removing()
+    first = Request("products", Touch(refs={"t#1"}), 1, 0, None, "p0")
+    second = Request("products", Touch(refs={"t#2"}), 2, 0, None, "p0")
+    later = await rebuilds.rebuild([first, second])
+    assert later == {"p0": [first, second]} and rebuilds.written == []
+    await rebuilds.finish(later["p0"])
+    assert rebuilds.looks == 2  # one look for both, and one more for both
+    assert rebuilds.written == [(7,), (8,), (9,), (10,)]
+    assert first.roots == {(7,), (8,)} and second.roots == {(9,), (10,)}
