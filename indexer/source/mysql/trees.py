@@ -59,7 +59,7 @@ class JoinError(ConfigError):
 def load_tree(settings: MySQLSettings, table: TableConfig) -> Tree:
     """The table's tree over its tables' current layouts; a join that cannot work (a column
     that does not exist, a lookup that can match two rows, a join without an index) stops
-    here with every reason, one per line."""
+    here with every reason, joined by '; '."""
     layouts: dict[str, TableLayout] = {}
     indexes: dict[str, list[Index]] = {}
     conn = connect(settings, table.database)
