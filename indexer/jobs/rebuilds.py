@@ -57,8 +57,14 @@ FANOUT_ROOTS = 1000
 SETTLE_S = 3.0
 PROGRESS_EVERY_S = 10.0  # a fan-out's progress in the log
 TRUNCATION_LOG_EVERY_S = 600.0  # a children array cut at its cap is logged this often per path
-# MySQL errors a schema change causes: the tree's layouts are read again and the read retried.
+# MySQL errors a schema change causes: the tree's layouts are read again and the read retried
+# (a few times: a column still unknown after that is a fault of the configuration).
 SCHEMA_ERRORS = (1054, 1146)  # unknown column, unknown table
+MAX_RELOADS = 3
+# Errors about a value that another try will not mend (incorrect value, truncated value,
+# illegal mix of collations, invalid string): the change is dead-lettered. Other operational
+# errors (the server away, a deadlock, privileges) are waited out.
+PERMANENT_ERRORS = (1366, 1292, 1267, 1270, 1271, 1300, 1064)
 REBUILD_FAILED = "rebuild-failed"
 
 
@@ -378,24 +384,34 @@ class Rebuilds:
         """Runs ``work`` in a worker thread on a pooled connection: again after a transient
         failure (MySQL away, a replica behind), and after reading the tree's layouts again
         when a column or table it reads is gone; other errors are raised."""
-        attempt = 0
+        attempt = reloads = 0
         while True:
             attempt += 1
             rows = self._rows[alias]
             try:
                 return await asyncio.to_thread(self._run, rows, work)
-            except pymysql.err.ProgrammingError as exc:
-                if not exc.args or exc.args[0] not in SCHEMA_ERRORS or attempt > 3:
+            except pymysql.err.MySQLError as exc:
+                # pymysql's classes do not say which is which (an unknown column is an
+                # OperationalError like a lost connection): the server's code does.
+                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+                if code in SCHEMA_ERRORS and reloads < MAX_RELOADS:
+                    reloads += 1
+                    log.warning("joined documents of %s: %s; reading the layouts again", alias,
+                                exc.args[-1])
+                    await self._retry(alias, lambda: self._load(self._tables[alias]))
+                    continue
+                if code in SCHEMA_ERRORS or code in PERMANENT_ERRORS or not isinstance(
+                        exc, pymysql.err.OperationalError | pymysql.err.InterfaceError):
                     raise
-                log.warning("joined documents of %s: %s; reading the layouts again", alias,
-                            exc.args[-1])
-                await self._retry(alias, lambda: self._load(self._tables[alias]))
-            except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConfigError,
-                    TransientMySQL, OSError) as exc:
-                wait = min(self._config.batch.max_backoff_s, 0.1 * 2 ** min(attempt, 10))
-                log.warning("joined documents of %s: MySQL cannot answer now (%s); retry %d in "
-                            "%.1f s", alias, exc, attempt, wait)
-                await asyncio.sleep(wait)
+                await self._wait(alias, exc, attempt)
+            except (ConfigError, TransientMySQL, OSError) as exc:
+                await self._wait(alias, exc, attempt)
+
+    async def _wait(self, alias: str, exc: BaseException, attempt: int) -> None:
+        wait = min(self._config.batch.max_backoff_s, 0.1 * 2 ** min(attempt, 10))
+        log.warning("joined documents of %s: MySQL cannot answer now (%s); retry %d in %.1f s",
+                    alias, exc, attempt, wait)
+        await asyncio.sleep(wait)
 
     async def _retry(self, alias: str, work: Callable[[], Awaitable[None]]) -> None:
         for attempt in range(1, 1_000_000):

@@ -522,3 +522,57 @@ async def test_continuous_verification_repairs_a_joined_document_by_itself(
         repaired = daemon.metrics.registry.get_sample_value(
             "indexer_verify_repaired_total", {"table": config.tables[0].name})
         assert repaired == 2
+
+
+async def test_a_joined_table_indexed_on_its_own_too(
+        db: Any, es: SearchClient, shop: Shop, make_config: Any, tmp_path: Path) -> None:
+    alias = f"{shop.alias}-categories"
+    (tmp_path / f"{alias}.json").write_bytes(b"{}")
+    categories = {"name": f"{DATABASE}.{shop.t('categories')}", "alias": alias,
+                  "mapping": f"{alias}.json"}
+    config = make_config(shop.entry(), categories)
+    try:
+        async with streaming(db, es, shop, config):
+            sql(db, f"UPDATE {shop.t('categories')} SET name = 'Green' WHERE id = 1")
+            sql(db, f"INSERT INTO {shop.t('categories')} VALUES (4, 'New', 'new')")
+            await settled(db, es, shop)
+            rows = {str(i): {"id": i, "name": n, "slug": s} for i, n, s in
+                    sql(db, f"SELECT id, name, slug FROM {shop.t('categories')}")}
+            await wait_for_documents(es, alias, rows)
+        for table in config.tables:  # both clean, each versioned in its own record of epochs
+            assert (await reconcile(config, table, settle_s=0)).clean
+    finally:
+        with contextlib.suppress(Exception):
+            await es.delete_matching(f"{alias}-v*")
+
+
+async def test_columns_of_a_joined_table_added_and_dropped_while_streaming(
+        db: Any, es: SearchClient, shop: Shop, make_config: Any) -> None:
+    config = make_config(shop.entry())
+    t = shop.t
+    async with streaming(db, es, shop, config):
+        # Added: the variants' next event has the new layout, and the tree reads it.
+        sql(db, f"ALTER TABLE {t('variants')} ADD COLUMN colour VARCHAR(10) NULL")
+        sql(db, f"UPDATE {t('variants')} SET colour = 'blue' WHERE id = 10")
+
+        async def coloured() -> bool:
+            found = await documents(es, shop.alias)
+            return [v.get("colour", "-") for v in found["1"]["variants"]] == [None, "blue"]
+
+        await wait_until(coloured, 60, "the new column in document 1")
+        # Dropped: a rebuild reads the old layout first, fails on the gone column, reads the
+        # layouts again and goes on.
+        sql(db, f"ALTER TABLE {t('variants')} DROP COLUMN grams")
+        sql(db, f"UPDATE {t('products')} SET name = 'after the drop' WHERE id = 2")
+
+        async def dropped() -> bool:
+            found = (await documents(es, shop.alias))["2"]
+            return found["name"] == "after the drop" and all(
+                "grams" not in v for v in found["variants"])
+
+        await wait_until(dropped, 60, "document 2 without the dropped column")
+    # The documents not rebuilt since the drop still hold the old column: a repair rewrites
+    # them (as for a table's own columns: README, "When the table changes").
+    found = await reconcile(config, config.tables[0], settle_s=0)
+    assert set(found.stale) == {"1", "3", "4", "5", "6"}
+    assert (await reconcile(config, config.tables[0], repair=True, settle_s=0)).clean
