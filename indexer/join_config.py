@@ -4,7 +4,7 @@ sections (nested to any depth), validated with one-line errors naming the settin
 What can be checked without MySQL is checked here: names, identifiers, composite ``on``
 keys, projections, orders and caps, cycles and depth. What needs the tables (columns exist,
 the join columns are indexed both ways) is checked at start against MySQL
-(:func:`indexer.core.trees.check`).
+(:func:`indexer.core.tree_checks.check`).
 """
 
 from __future__ import annotations

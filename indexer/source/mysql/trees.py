@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeAlias
 import orjson
 import pymysql
 
-from indexer.core import trees
+from indexer.core import tree_checks, trees
 from indexer.core.layout import Column, Flavor, Index, TableLayout
 from indexer.core.trees import Assembled, Matches, Node, Row, Tree, Values
 from indexer.settings import ConfigError, MySQLSettings, TableConfig
@@ -70,7 +70,7 @@ def load_tree(settings: MySQLSettings, table: TableConfig) -> Tree:
             indexes[full] = read_indexes(conn, database, name)
     finally:
         conn.close()
-    problems = trees.check(table, layouts, indexes)
+    problems = tree_checks.check(table, layouts, indexes)
     if problems:
         raise JoinError("; ".join(problems))
     return trees.build(table, layouts)

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from indexer.config import build_config
 from indexer.core import trees
@@ -77,49 +76,6 @@ def test_the_tree_depth_first() -> None:
     assert [n.path for n in TREE.places("shop.variants")] == ["variants"]
     assert trees.tree_tables(products())[:3] == [
         ("shop", "products"), ("shop", "categories"), ("shop", "variants")]
-
-
-def test_a_well_formed_tree_passes_its_checks() -> None:
-    assert trees.check(products(), LAYOUTS, INDEXES) == []
-
-
-@pytest.mark.parametrize(("changes", "indexes", "problem"), [
-    ({"lookups": {"category": {"table": "categories", "on": {"category": "id"}}}}, INDEXES,
-     "lookups.category.on: products has no column 'category'"),
-    ({"lookups": {"name": {"table": "categories", "on": {"category_id": "id"}}}}, INDEXES,
-     "the field 'name' is also a column of shop.products"),
-    ({"lookups": {"category": {"table": "categories", "on": {"category_id": "id"},
-                               "include": ["colour"]}}}, INDEXES,
-     "lookups.category.include: categories has no column 'colour'"),
-    ({"lookups": {"category": {"table": "categories", "on": {"name": "name"}}}}, INDEXES,
-     "categories(name) is neither its primary key nor a unique key"),
-    ({}, {**INDEXES, "shop.products": []},
-     "no index on products(category_id), so finding the documents a change touches would "
-     "scan"),
-    ({}, {**INDEXES, "shop.variants": [Index("by_colour", ("colour_id",), False)]},
-     "children.variants: no index on variants(product_id), so reading documents would scan"),
-    ({"children": {"variants": {"table": "variants", "on": {"id": "product_id"},
-                                "value": "weight"}}}, INDEXES,
-     "children.variants.value: no field 'weight'"),
-])
-def test_what_cannot_work_is_named(changes: dict[str, Any], indexes: dict[str, list[Index]],
-                                   problem: str) -> None:
-    table = products(**changes)
-    found = trees.check(table, LAYOUTS, indexes)
-    assert any(problem in p for p in found), found
-
-
-def test_an_unindexed_join_can_be_allowed() -> None:
-    table = products(lookups={"category": {"table": "categories", "on": {"category_id": "id"},
-                                           "allow_unindexed": True}})
-    assert trees.check(table, LAYOUTS, {**INDEXES, "shop.products": []}) == []
-
-
-def test_a_unique_key_serves_a_lookup() -> None:
-    table = products(lookups={"category": {"table": "categories", "on": {"name": "slug"}}})
-    unique = {**INDEXES, "shop.categories": [Index("by_slug", ("slug",), True)],
-              "shop.products": [Index("by_name", ("name",), False)]}
-    assert trees.check(table, LAYOUTS, unique) == []
 
 
 def test_the_walk_up_from_each_table() -> None:
