@@ -331,10 +331,12 @@ async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig, pl
         reading = asyncio.create_task(asyncio.to_thread(next, pages, None))
         while (page := await reading) is not None:
             reading = asyncio.create_task(asyncio.to_thread(next, pages, None))  # read ahead
-            # Column versions: the document may carry the row's own version with other
-            # content (changed behind the pipeline's back), so an equal version must win.
-            ops = [Op(table.alias, write, version_type="external" if binlog else "external_gte")
-                   for write in page]
+            # An equal version must win. Column versions: the document may carry the row's
+            # own version with other content (changed behind the pipeline's back). Binlog
+            # versions: only a snapshot at the same position (a reindex or repair with nothing
+            # logged since) wrote one; this later read holds what changed without the binlog,
+            # and a change logged after either has rows at a higher position, so it still wins.
+            ops = [Op(table.alias, write, version_type="external_gte") for write in page]
             if len(writing) >= config.batch.in_flight:  # as many bulks at once as the daemon
                 done, writing = await asyncio.wait(writing, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
@@ -358,7 +360,9 @@ async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig, pl
         versions = {} if binlog else await _versions(sink.client, table.alias, part)
         await write([Op(table.alias, Write(doc_id, snapshot_version if binlog
                                            else versions.get(doc_id, 0) + 1,
-                                           tombstone(now_ms), True)) for doc_id in part])
+                                           tombstone(now_ms), True),
+                        version_type="external_gte" if binlog else "external")
+                     for doc_id in part])
     return counts
 
 

@@ -55,7 +55,7 @@ class Op:
     alias: str
     write: Write
     index: str | None = None  # one concrete index instead of the alias's (reindex)
-    # "external_gte" only for repairs under column versions, where an equal version must win.
+    # "external_gte" only for repairs, where an equal version must win (chunk_check.repair).
     version_type: str = "external"
     outcome: Outcome | None = None
     error_kind: str = ""

@@ -576,3 +576,47 @@ async def test_columns_of_a_joined_table_added_and_dropped_while_streaming(
     found = await reconcile(config, config.tables[0], settle_s=0)
     assert set(found.stale) == {"1", "3", "4", "5", "6"}
     assert (await reconcile(config, config.tables[0], repair=True, settle_s=0)).clean
+
+
+async def test_a_document_of_a_composite_key_streams_reindexes_and_reconciles(
+        db: Any, es: SearchClient, shop: Shop, make_config: Any, tmp_path: Path) -> None:
+    """A link row as the document (key product_id|tag_id): keyset pages over two columns, ids
+    read back into keys, chunks by crc32(id)."""
+    t = shop.t
+    alias = f"{shop.alias}-links"
+    (tmp_path / f"{alias}.json").write_bytes(b"{}")
+    entry = {"name": f"{DATABASE}.{t('product_tags')}", "alias": alias,
+             "mapping": f"{alias}.json",
+             "lookups": {"tag": {"table": t("tags"), "on": {"tag_id": "id"}, "value": "name"},
+                         "product": {"table": t("products"), "on": {"product_id": "id"},
+                                     "include": ["name"]}}}
+    config = make_config(entry)
+
+    def links() -> dict[str, dict[str, Any]]:
+        tags = dict(sql(db, f"SELECT id, name FROM {t('tags')}"))
+        names = dict(sql(db, f"SELECT id, name FROM {t('products')}"))
+        return {f"{p}|{g}": {"product_id": p, "tag_id": g, "tag": tags.get(g),
+                             "product": {"name": names[p]} if p in names else None}
+                for p, g in sql(db, f"SELECT product_id, tag_id FROM {t('product_tags')}")}
+
+    try:
+        async with running(config):
+            await wait_for_documents(es, alias, links(), timeout=90)
+            sql(db, f"UPDATE {t('tags')} SET name = 'bio' WHERE id = 2")
+            sql(db, f"UPDATE {t('products')} SET name = 'renamed' WHERE id = 1")
+            sql(db, f"INSERT INTO {t('product_tags')} VALUES (3, 3)")
+            await wait_for_documents(es, alias, links())
+            before = await _sources(es, alias)
+            result = await reindex(config, config.tables[0])
+            assert result.rows == len(links()) and await _sources(es, alias) == before
+        sql(db, "SET SESSION sql_log_bin = 0")
+        sql(db, f"UPDATE {t('tags')} SET name = 'hidden' WHERE id = 3")
+        sql(db, "SET SESSION sql_log_bin = 1")
+        report = await reconcile(config, config.tables[0], settle_s=0)
+        assert report.chunking.endswith("buckets of crc32(id)")
+        assert set(report.stale) == {k for k, v in links().items() if v["tag_id"] == 3}
+        assert (await reconcile(config, config.tables[0], repair=True, settle_s=0)).clean
+        await wait_for_documents(es, alias, links())
+    finally:
+        with contextlib.suppress(Exception):
+            await es.delete_matching(f"{alias}-v*")

@@ -16,6 +16,7 @@ import pytest
 
 from indexer.jobs import reconcile as reconcile_module
 from indexer.jobs.reconcile import reconcile
+from indexer.jobs.reindex import reindex
 from indexer.search.client import SearchClient
 from indexer.source.mysql import schema, snapshots
 from tests.integration.conftest import (
@@ -248,3 +249,22 @@ async def test_column_changes_are_seen_and_a_whole_table_repair_streams(
     assert any("rebuilt by a reindex" in note for note in rebuilt.notes)
     assert await live_index(es, table.alias) != before
     assert (await documents(es, table.alias))["7"]["colour"] == "red"
+
+
+async def test_a_repair_straight_after_a_reindex_still_rewrites(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    """With nothing written to the binlog between them, the repair's snapshot has the very
+    position the reindex's had: its version equals the documents', and must still win."""
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 50)
+    config = make_config(table.entry())
+    await reindex(config, config.tables[0])
+    sql(db, "SET SESSION sql_log_bin = 0")
+    sql(db, f"UPDATE `{table.name}` SET name = 'hidden' WHERE id = 7")
+    sql(db, f"DELETE FROM `{table.name}` WHERE id = 8")
+    sql(db, "SET SESSION sql_log_bin = 1")
+    found = await reconcile(config, config.tables[0], settle_s=0)
+    assert (found.stale, found.extra) == (["7"], ["8"])
+    repaired = await reconcile(config, config.tables[0], repair=True, settle_s=0)
+    assert repaired.clean and repaired.repaired == {"rewritten": 1, "tombstoned": 1,
+                                                    "refused_as_newer": 0}
