@@ -57,18 +57,10 @@ class Node:
     value: tuple[str, ...] | None
     allow_unindexed: bool
     joins: tuple[int, ...] = ()
-
-    @property
-    def full_name(self) -> str:
-        return f"{self.database}.{self.table}"
-
-    @property
-    def parent_columns(self) -> tuple[str, ...]:
-        return tuple(parent for parent, _ in self.on)
-
-    @property
-    def own_columns(self) -> tuple[str, ...]:
-        return tuple(own for _, own in self.on)
+    # Made once by build(): touch() reads them for every change of every table of a tree.
+    full_name: str = ""  # "database.table"
+    parent_columns: tuple[str, ...] = ()  # the parent's side of ``on``
+    own_columns: tuple[str, ...] = ()  # this table's side of ``on``
 
     def label(self) -> str:
         return self.path or self.full_name
@@ -90,6 +82,7 @@ class Tree:
     nodes: tuple[Node, ...]
     flavor: Flavor = "mariadb"  # the server's
     below: tuple[tuple[Node, ...], ...] = ()  # each node's joins, as nodes (build() fills it)
+    by_table: Mapping[str, tuple[Node, ...]] = field(default_factory=dict)  # build() fills it
 
     @property
     def root(self) -> Node:
@@ -101,7 +94,7 @@ class Tree:
 
     def places(self, table: str) -> tuple[Node, ...]:
         """The nodes of a table (``database.table``): one table may be joined in twice."""
-        return tuple(n for n in self.nodes if n.full_name == table)
+        return self.by_table.get(table, ())
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -167,14 +160,17 @@ def build(table: TableConfig, layouts: Mapping[str, TableLayout]) -> Tree:
                        if (include is None or c.name in include) and c.name not in exclude
                        and rename.get(c.name, c.name) not in taken)
         index = len(nodes)
+        on = settings.on if settings else ()
         nodes.append(Node(
             index=index, parent=parent, path=path, name=name, kind=kind, database=database,
             table=name_of, topic=settings.topic if settings else table.topic,
-            on=settings.on if settings else (), key=tuple(c.name for c in layout.key),
+            on=on, key=tuple(c.name for c in layout.key),
             columns=layout.columns, fields=fields,
             order_by=settings.order_by if settings else (),
             max=settings.max if settings else 1, value=settings.value if settings else None,
-            allow_unindexed=settings.allow_unindexed if settings else False))
+            allow_unindexed=settings.allow_unindexed if settings else False,
+            full_name=f"{database}.{name_of}", parent_columns=tuple(p for p, _ in on),
+            own_columns=tuple(o for _, o in on)))
         children = tuple(add(index, f"{path}.{j.name}" if path else j.name, j.name, j.kind, j)
                          for j in joins)
         nodes[index] = replace(nodes[index], joins=children)
@@ -182,7 +178,10 @@ def build(table: TableConfig, layouts: Mapping[str, TableLayout]) -> Tree:
 
     add(-1, "", "", "root", None)
     below = tuple(tuple(nodes[j] for j in n.joins) for n in nodes)
-    return Tree(table.alias, tuple(nodes), layouts[table.name].flavor, below)
+    by_table: dict[str, tuple[Node, ...]] = {}
+    for node in nodes:
+        by_table[node.full_name] = (*by_table.get(node.full_name, ()), node)
+    return Tree(table.alias, tuple(nodes), layouts[table.name].flavor, below, by_table)
 
 
 # --- the walk up: from a changed row to the documents it is part of ------------------------
@@ -268,7 +267,8 @@ def touch(tree: Tree, table: str, before: Mapping[str, Any] | None,
     """What a change of ``table`` (its before and after images) touches in the tree. Both
     images count: a child moved to another parent leaves one document and joins another."""
     found = Touch()
-    images = [i for i in (before, after) if i is not None]
+    images = (before, after) if before is not None and after is not None else (
+        (before,) if before is not None else (after,) if after is not None else ())
     for node in tree.places(table):
         if node.parent < 0:
             for image in images:
@@ -277,8 +277,14 @@ def touch(tree: Tree, table: str, before: Mapping[str, Any] | None,
                     found.roots.append(key)
             continue
         values = found.starts.setdefault(node.index, set())
+        own = node.own_columns
         for image in images:
-            joined = tuple(image.get(c) for c in node.own_columns)
+            if len(own) == 1:  # most joins: one column, no tuple built to look for None
+                single = image.get(own[0])
+                if single is not None:
+                    values.add((single,))
+                continue
+            joined = tuple(image.get(c) for c in own)
             if None not in joined:
                 values.add(joined)
         if node.kind == "lookup" and before is not None and _unlinked(node, before, after):
