@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pymysql
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from indexer.search.client import SearchClient
 from indexer.settings import ElasticsearchSettings
@@ -200,6 +201,16 @@ async def capture_template(db: pymysql.connections.Connection[Any]) -> tuple[str
 def chunks(n: int, size: int) -> Iterator[range]:
     for start in range(0, n, size):
         yield range(start, min(start + size, n))
+
+
+async def delete_topic(topic: str) -> None:
+    """Drops a benchmark's topic: its messages would otherwise fill the broker's disk."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()
 
 
 async def produce_events(topic: str, events: Events, n: int, schemas: bool) -> int:

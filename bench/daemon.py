@@ -42,6 +42,7 @@ from bench.common import (
     capture_template,
     chunks,
     cpu_seconds,
+    delete_topic,
     mysql,
     peak_rss_mb,
     pin_protocol,
@@ -279,7 +280,7 @@ async def main(n: int, modes: list[bool], baseline: Path | None) -> None:
                       f"ratio {base.rate / ceiling:.2f} | CPU busy: {base.load}; indexer CPU "
                       f"{base.cpu_us:.1f} µs/event | this checkout / baseline: "
                       f"{run.cpu_us / base.cpu_us:.3f} of the CPU per event", flush=True)
-            await _delete_topic(topic)
+            await delete_topic(topic)
         with db.cursor() as cur:
             cur.execute(f"DROP TABLE `{table}`")
     finally:
@@ -299,15 +300,6 @@ def fill_rows(db: Any, table: str, n: int) -> None:
                         f"TIMESTAMPADD(MICROSECOND, seq, '{BASE}') "
                         f"FROM seq_{start}_to_{min(start + 999_999, n - 1)}")
         cur.execute("SET SESSION sql_log_bin = 1")
-
-
-async def _delete_topic(topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
-    await admin.start()
-    try:
-        await admin.delete_topics([topic])
-    finally:
-        await admin.close()
 
 
 def parse(argv: list[str] | None = None) -> Any:

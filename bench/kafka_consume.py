@@ -25,7 +25,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.consumer import fetcher
 
-from bench.common import CLIENT_CORE, KAFKA, chunks, unique
+from bench.common import CLIENT_CORE, KAFKA, chunks, delete_topic, unique
 from indexer.settings import KafkaSettings
 
 # aiokafka's per-record step, replaced for the second drain of each pair (a benchmark's
@@ -80,11 +80,14 @@ async def main(messages: int, sizes: list[int], fetches_kib: list[int], rounds: 
         topic = unique("bench-consume")
         await load(topic, messages, size)
         runs: dict[tuple[int, bool], list[float]] = {}
-        for _ in range(rounds):
-            for kib in fetches_kib:
-                for records in (True, False):
-                    cpu = await drain(topic, messages, kib << 10, records)
-                    runs.setdefault((kib, records), []).append(cpu)
+        try:
+            for _ in range(rounds):
+                for kib in fetches_kib:
+                    for records in (True, False):
+                        cpu = await drain(topic, messages, kib << 10, records)
+                        runs.setdefault((kib, records), []).append(cpu)
+        finally:
+            await delete_topic(topic)
         for kib in fetches_kib:
             full = statistics.median(runs[(kib, True)])
             bare = statistics.median(runs[(kib, False)])
