@@ -1,10 +1,12 @@
-"""Compiles indexer's per-event path with mypyc when this machine can; pure Python otherwise.
+"""Compiles indexer's per-event path with mypyc, and builds the native per-batch path (Rust,
+native/) when this machine can; pure Python otherwise.
 
 The compiled modules are built from the very sources that stay in the package, so there is
 one implementation: each ``.so`` sits beside its ``.py`` and Python imports it first. With no
 C compiler (or no mypyc for this platform) the build warns and installs pure Python, which
-behaves the same, only slower. ``INDEXER_PURE_PYTHON=1`` at install time skips compiling.
-``indexer --version`` says which is running.
+behaves the same, only slower. The native module ``indexer._native`` is an accelerator beside
+the Python reference (indexer.core.native): without cargo the build warns and leaves it out.
+``INDEXER_PURE_PYTHON=1`` at install time skips both. ``indexer --version`` says what runs.
 """
 
 from __future__ import annotations
@@ -51,7 +53,20 @@ def extensions() -> list[Any]:
     return built
 
 
+def rust_extensions() -> list[Any]:
+    if os.environ.get("INDEXER_PURE_PYTHON", "") not in ("", "0"):
+        return []
+    try:
+        from setuptools_rust import Binding, RustExtension
+    except ImportError as exc:
+        print(f"indexer: no native path ({exc!r})", file=sys.stderr)
+        return []
+    # optional: no Rust toolchain (or a failed build) is a warning, and Python does it all
+    return [RustExtension("indexer._native", path="native/Cargo.toml", binding=Binding.PyO3,
+                          optional=True)]
+
+
 if __name__ == "__main__":  # as pip runs it; dev/venv.sh imports hot_path() alone
     from setuptools import setup
 
-    setup(ext_modules=extensions())
+    setup(ext_modules=extensions(), rust_extensions=rust_extensions())

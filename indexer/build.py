@@ -1,8 +1,9 @@
-"""Which build of the per-event path is running: modules compiled by mypyc, or pure Python.
+"""Which build of the per-event path is running: modules compiled by mypyc, or pure Python,
+and the native per-batch path (``indexer._native``, built from ``native/``) or not.
 
 ``setup.py`` compiles the modules it lists when the machine can; a compiled module is an
 extension module beside its ``.py``, which Python imports first. An extension older than its
-``.py`` is stale: an edit to the source is not what runs until the package is built again.
+source is stale: an edit to the source is not what runs until the package is built again.
 """
 
 from __future__ import annotations
@@ -28,15 +29,18 @@ class Build:
     version: str
     compiled: tuple[str, ...]  # hot-path modules running as extension modules
     stale: tuple[str, ...]  # ... of which the source was changed after the build
+    native: bool = False  # the native per-batch path is there
 
     @property
     def describe(self) -> str:
         if not self.compiled:
-            return f"indexer {self.version} (pure Python)"
-        if len(self.compiled) == len(HOT_PATH):
+            what = "pure Python"
+        elif len(self.compiled) == len(HOT_PATH):
             what = "compiled with mypyc"
         else:
             what = f"partly compiled with mypyc: {', '.join(self.compiled)}"
+        if self.native:
+            what += " + native per-batch path"
         if self.stale:
             what += (f"; STALE, older than their source: {', '.join(self.stale)} "
                      "(run dev/venv.sh or pip install again)")
@@ -59,6 +63,15 @@ def built_files(module_name: str) -> tuple[Path, list[Path]]:
     return source, [path for path in built if path.exists()]
 
 
+def native_files() -> tuple[list[Path], Path | None]:
+    """The native module's sources (in a checkout; none in an installed wheel) and the
+    extension module built from them."""
+    package = Path(__file__).parent
+    sources = sorted((package.parent / "native").glob("src/*.rs"))
+    built = [package / f"_native{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    return sources, next((path for path in built if path.exists()), None)
+
+
 def current_build() -> Build:
     compiled, stale = [], []
     for name in HOT_PATH:
@@ -68,8 +81,17 @@ def current_build() -> Build:
         source, built = built_files(name)
         if not built or source.stat().st_mtime > max(path.stat().st_mtime for path in built):
             stale.append(name)
+    sources, native = native_files()
+    if native is not None and sources and (
+            max(path.stat().st_mtime for path in sources) > native.stat().st_mtime):
+        stale.append("indexer._native")
     try:
         version = package_version("indexer")
     except PackageNotFoundError:  # run from a checkout that was never installed
         version = "unknown"
-    return Build(version, tuple(compiled), tuple(stale))
+    try:
+        importlib.import_module("indexer._native")
+        loads = True
+    except ImportError:  # none built (pure Python, or no cargo), or one that does not load
+        loads = False
+    return Build(version, tuple(compiled), tuple(stale), loads)

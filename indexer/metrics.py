@@ -23,6 +23,8 @@ class Metrics:
         r = self.registry
         self.events = Counter("indexer_events", "Change events consumed", ["table", "op"],
                               registry=r)
+        self.native_events = Counter("indexer_native_events", "Change events decoded and "
+                                     "built by the native per-batch path", ["table"], registry=r)
         self.indexed = Counter("indexer_indexed", "Documents written", ["table"], registry=r)
         self.deleted = Counter("indexer_deleted", "Deletes written as tombstones", ["table"],
                                registry=r)

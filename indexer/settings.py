@@ -255,6 +255,7 @@ class BatchSettings:
     in_flight: int = DEFAULT_IN_FLIGHT
     max_backoff_s: float = DEFAULT_MAX_BACKOFF_S
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
+    native: bool = True  # the native per-batch path where built (False: Python only)
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,11 @@ class DocumentBuilder:
         self._rename = dict(table.rename)
         self._identity = not (self._include or self._exclude or self._rename)
 
+    @property
+    def identity(self) -> bool:
+        """Documents are the rows as they are: no include, exclude or rename."""
+        return self._identity
+
     def includes(self, column: str) -> bool:
         return not ((self._include and column not in self._include) or column in self._exclude)
 

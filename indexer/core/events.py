@@ -106,7 +106,7 @@ _TEMPORAL: dict[str, tuple[Callable[[int, int], str], int, int, int]] = {
 }
 
 
-def _fsp(params: Mapping[str, Any], default: int) -> int:
+def fraction_digits(params: Mapping[str, Any], default: int) -> int:
     """Fraction digits of a temporal column: the propagated length, or the encoding's unit."""
     if _COLUMN_TYPE in params:
         return int(params.get(_COLUMN_LENGTH) or 0)
@@ -139,12 +139,12 @@ def field_converter(schema: Mapping[str, Any]) -> Converter | None:
         return values.date_from_days
     if name in _TEMPORAL:
         format_micros, multiply, divide, default_fsp = _TEMPORAL[name]
-        fsp = _fsp(params, default_fsp)
+        fsp = fraction_digits(params, default_fsp)
         if multiply == divide == 1:  # microseconds already: the usual encoding
             return lambda v: format_micros(v, fsp)
         return lambda v: format_micros(values.integer(v, "a time") * multiply // divide, fsp)
     if name == "io.debezium.time.ZonedTimestamp":
-        fsp = _fsp(params, 6)
+        fsp = fraction_digits(params, 6)
         return lambda v: values.timestamp_from_iso(v, fsp)
     if name == "io.debezium.data.Json":
         return orjson.loads
@@ -340,7 +340,8 @@ class EnvelopeDecoder:
         self._watch = watch_layouts  # raise LayoutChanged (the daemon), or accept silently
         # The configured hints' field schemas: a hint of an unknown type stops the start.
         self._hinted = {c: hinted_field_schema(c, t, connector) for c, t in column_types.items()}
-        self._schemaless = Plan(row_plan({"fields": list(self._hinted.values())}), None)
+        self._schemaless_fields: tuple[dict[str, Any], ...] = tuple(self._hinted.values())
+        self._schemaless = Plan(row_plan({"fields": list(self._schemaless_fields)}), None)
         self._value_plans = _Plans(_envelope_row_schema)
         self._key_plans = _Plans(lambda schema: schema)
         self._layout: Layout | None = None
@@ -355,8 +356,8 @@ class EnvelopeDecoder:
         for column, hint in column_types.items():
             with contextlib.suppress(ConfigError):
                 known[column] = hinted_field_schema(column, hint, self._connector)
-        fields = known | self._hinted
-        self._schemaless = Plan(row_plan({"fields": list(fields.values())}), None)
+        self._schemaless_fields = tuple((known | self._hinted).values())
+        self._schemaless = Plan(row_plan({"fields": list(self._schemaless_fields)}), None)
 
     def accept(self, layout: Layout) -> None:
         """Rows of this layout decode from now on without :class:`LayoutChanged`."""
@@ -375,6 +376,11 @@ class EnvelopeDecoder:
     @property
     def layout(self) -> Layout | None:
         return self._layout
+
+    @property
+    def schemaless_fields(self) -> tuple[dict[str, Any], ...]:
+        """The field schemas messages without schemas are decoded by (hints and types)."""
+        return self._schemaless_fields
 
     def decode(self, key: bytes | None, value: bytes | None) -> Change | None:
         """A change, or None for Debezium's tombstone (the null value after a delete).

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.build import current_build
-from indexer.core import trees
+from indexer.core import native, trees
 from indexer.core.canary import Beat
-from indexer.core.documents import DocumentBuilder, pack_binlog_version
+from indexer.core.documents import DocumentBuilder, Write, pack_binlog_version
 from indexer.core.events import Change, DecodeError, EnvelopeDecoder, LayoutChanged
 from indexer.core.ledger import OffsetLedger
 from indexer.core.linger import Linger
@@ -78,6 +78,7 @@ class _Table:
     decoder: EnvelopeDecoder
     builder: DocumentBuilder | None  # None: no document of its own (a tree's table)
     places: list[_Place]
+    preparer: native.SlicePreparer | None = None  # the native path, for a table it takes
 
 
 @dataclass
@@ -98,6 +99,11 @@ class Daemon:
         self._open_parts = parts or open_parts
         self._canary = config.canary_table
         self._tables = consumed_tables(config)
+        module = native.load() if config.batch.native else None
+        if module is not None:
+            for table in self._tables.values():
+                if table.builder is not None and not table.places:
+                    table.preparer = native.SlicePreparer(module)
         batch = config.batch
         self._linger = Linger(batch.linger_ms, batch.max_linger_ms,
                               min(batch.target_events, batch.max_events))
@@ -200,15 +206,24 @@ class Daemon:
 
     async def _add(self, batch: Batch, records: Records) -> None:
         for tp, messages in records.items():
-            for record in messages:
+            prepared = self._prepared_natively(tp.topic, messages)
+            natively = 0
+            for i, record in enumerate(messages):
+                found = prepared[i] if prepared else None
                 try:
-                    message = self._prepare(record)
+                    message = self._prepare(record, found)
+                    if found is not None:
+                        natively += 1
                 except (SwitchFound, NotFollowed, LayoutChanged) as needed:
                     message = await self._prepare_after_io(record, needed)
+                    prepared = []  # the layout may have changed: the rest is Python's
                 batch.messages.append(message)
                 batch.size += record.serialized_value_size + record.serialized_key_size
             if messages:
                 batch.offsets[tp] = messages[-1].offset + 1
+            if natively:
+                table = self._tables[tp.topic].config.name
+                self.metrics.native_events.labels(table).inc(natively)
         await asyncio.sleep(0)  # let the bulks in flight send and settle between slices
 
     async def _prepare_after_io(self, record: ConsumerRecord[bytes, bytes],
@@ -246,10 +261,30 @@ class Daemon:
                 else:
                     await follower.enter(needed)
 
-    def _prepare(self, record: ConsumerRecord[bytes, bytes]) -> Message:
+    def _prepared_natively(self, topic: str, records: list[ConsumerRecord[bytes, bytes]],
+                           ) -> list[native.Prepared | None]:
+        """The native path's results for one partition's slice ([]: all Python's)."""
+        table = self._tables[topic]
+        preparer = table.preparer
+        if preparer is None or table.builder is None:
+            return []
+        return preparer.prepare(native.slice_plan(table.decoder, table.builder),
+                                [r.key for r in records], [r.value for r in records])
+
+    def _prepare(self, record: ConsumerRecord[bytes, bytes],
+                 prepared: native.Prepared | None = None) -> Message:
         table = self._tables[record.topic]
         message = Message(record, table.config)
         try:
+            if prepared is not None:  # decoded and built natively, as below would
+                message.op_kind = prepared.op
+                message.ts_ms = prepared.ts_ms
+                position = prepared.position()
+                epoch = self._p.follower.epoch(table.config, record, position)
+                version = pack_binlog_version(position.file, position.pos, position.row, epoch)
+                message.op = Op(table.config.alias,
+                                Write(prepared.id, version, prepared.document, deleted=False))
+                return message
             change = table.decoder.decode(record.key, record.value)
             if change is None:
                 message.op_kind = "tombstone"

@@ -24,6 +24,10 @@ def test_every_hot_path_module_exists_as_source() -> None:
 def test_the_build_says_what_runs() -> None:
     assert Build("1.0", (), ()).describe == "indexer 1.0 (pure Python)"
     assert Build("1.0", HOT_PATH, ()).describe == "indexer 1.0 (compiled with mypyc)"
+    assert Build("1.0", HOT_PATH, (), native=True).describe == (
+        "indexer 1.0 (compiled with mypyc + native per-batch path)")
+    assert Build("1.0", (), (), native=True).describe == (
+        "indexer 1.0 (pure Python + native per-batch path)")
     partly = Build("1.0", ("indexer.core.values",), ("indexer.core.values",)).describe
     assert "partly compiled with mypyc: indexer.core.values" in partly
     assert "STALE" in partly and "dev/venv.sh" in partly

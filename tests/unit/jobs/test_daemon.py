@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ import pytest
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.config import build_config
+from indexer.core import native as native_module
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
 from indexer.core.sources import Registry
 from indexer.core.trees import Touch
@@ -326,3 +328,85 @@ async def test_a_fan_out_holds_back_its_own_partition_only() -> None:
     daemon.stop()
     await task
     assert not letters.letters
+
+
+class RecordingSink(MemorySink):
+    """Also keeps each id's document (or tombstone) as the winning write carried it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.documents: dict[str, tuple[int, bytes, bool]] = {}
+
+    async def write(self, ops: Sequence[Op]) -> None:
+        await super().write(ops)
+        for op in ops:
+            if op.outcome is Outcome.WRITTEN:
+                self.documents[op.write.id] = (op.write.version, op.write.source,
+                                               op.write.deleted)
+
+
+def schemaless_stream() -> list[tuple[bytes | None, bytes | None]]:
+    """Inserts, updates and deletes without schemas; a column added half-way (a new layout
+    in the middle of a slice), poison, a tombstone, and the first half replayed (stale)."""
+    pairs: list[tuple[bytes | None, bytes | None]] = []
+    for i in range(300):
+        key = orjson.dumps({"id": i % 40})
+        row: dict[str, Any] = {"id": i % 40, "name": f"n\u00e9 {i}\n", "qty": i * 7 - 900}
+        if i >= 150:
+            row["added"] = i % 3 == 0
+        op = "d" if i % 50 == 49 else "u" if i >= 40 else "c"
+        source = {"file": "mysql-bin.000002", "pos": 1000 + i * 10, "row": 0, "ts_ms": i,
+                  "snapshot": "false", "connector": "mariadb"}
+        envelope = {"op": op, "before": row if op == "d" else None,
+                    "after": None if op == "d" else row, "source": source}
+        pairs.append((key, orjson.dumps(envelope)))
+        if op == "d":
+            pairs.append((key, None))
+        if i % 97 == 0:
+            pairs.append(POISON[i % len(POISON)])
+    return pairs + pairs[:len(pairs) // 2]
+
+
+class CountingPreparer(native_module.SlicePreparer):
+    """Counts the messages the native side took."""
+
+    taken = 0
+
+    def prepare(self, plan: native_module.SlicePlan | None, keys: list[bytes | None],
+                messages: list[bytes | None]) -> list[native_module.Prepared | None]:
+        found = super().prepare(plan, keys, messages)
+        self.taken += sum(result is not None for result in found)
+        return found
+
+
+async def drained(config: Config, stream: list[tuple[bytes | None, bytes | None]],
+                  preparer: CountingPreparer | None) -> tuple[Any, ...]:
+    """What a daemon made of ``stream``: documents, dead letters and the last commit."""
+    source, sink, letters = MemorySource(stream), RecordingSink(), MemoryDeadLetters()
+    daemon = Daemon(config, parts=parts_of(source, sink, letters))
+    table = daemon._tables[TOPIC]
+    assert (table.preparer is not None) == (preparer is not None)
+    table.preparer = preparer
+    task = asyncio.create_task(daemon.run())
+    await until(lambda: bool(source.commits) and source.commits[-1][TP] == len(stream), task)
+    daemon.stop()
+    await task
+    dead = [(value, {k: v for k, v in headers.items() if k != "indexer.failed_at"})
+            for _, value, headers in letters.letters]
+    return sink.documents, dead, source.commits[-1]
+
+
+async def test_the_native_path_writes_and_commits_what_the_python_path_does() -> None:
+    config = build_config({"tables": [{"name": "indexer_test.t1", "topic": TOPIC}],
+                           "batch": {"linger_ms": 0, "max_linger_ms": 0, "max_events": 64}},
+                          Path())
+    stream = schemaless_stream()
+    module = native_module.load()
+    counting = CountingPreparer(module) if module is not None else None
+    python = await drained(replace(config, batch=replace(config.batch, native=False)), stream,
+                           None)
+    accelerated = await drained(config, stream, counting)
+    assert accelerated == python
+    assert len(python[0]) == 40 and len(python[1]) == 6  # (poison, and its replay)
+    if counting is not None:  # (dev/test.sh requires the native build)
+        assert counting.taken > len(stream) / 2
