@@ -61,9 +61,11 @@ def rust_extensions() -> list[Any]:
     except ImportError as exc:
         print(f"indexer: no native path ({exc!r})", file=sys.stderr)
         return []
-    # optional: no Rust toolchain (or a failed build) is a warning, and Python does it all
+    # optional: no Rust toolchain (or a failed build) is a warning, and Python does it all;
+    # debug=False: an editable install (dev/venv.sh) would otherwise get a debug build, ~10x
+    # slower than the Python it stands in for
     return [RustExtension("indexer._native", path="native/Cargo.toml", binding=Binding.PyO3,
-                          optional=True)]
+                          optional=True, debug=False)]
 
 
 if __name__ == "__main__":  # as pip runs it; dev/venv.sh imports hot_path() alone

@@ -74,15 +74,19 @@ def native_files() -> tuple[list[Path], Path | None]:
 
 def current_build() -> Build:
     compiled, stale = [], []
+    # Only a checkout (an editable install) can be edited behind its build: an installed
+    # wheel's files carry the times they were unpacked at, in no useful order.
+    checkout = (Path(__file__).parent.parent / "pyproject.toml").is_file()
     for name in HOT_PATH:
         if not is_compiled(name):
             continue
         compiled.append(name)
         source, built = built_files(name)
-        if not built or source.stat().st_mtime > max(path.stat().st_mtime for path in built):
+        if checkout and (not built or source.stat().st_mtime > max(
+                path.stat().st_mtime for path in built)):
             stale.append(name)
     sources, native = native_files()
-    if native is not None and sources and (
+    if checkout and native is not None and sources and (
             max(path.stat().st_mtime for path in sources) > native.stat().st_mtime):
         stale.append("indexer._native")
     try:
