@@ -322,6 +322,11 @@ class _Plans:
         self._last_plan = plan
         return len(self._last_prefix), plan
 
+    @property
+    def last(self) -> tuple[bytes, Plan]:
+        """The last wrapped message's prefix (schema and payload marker) and its plan."""
+        return self._last_prefix, self._last_plan
+
     def plan(self, schema: Any) -> Plan:
         """The plan of a parsed schema (the whole-message path does not cache it)."""
         return plan_for(schema, self._row_schema)
@@ -342,7 +347,7 @@ class EnvelopeDecoder:
         self._hinted = {c: hinted_field_schema(c, t, connector) for c, t in column_types.items()}
         self._schemaless_fields: tuple[dict[str, Any], ...] = tuple(self._hinted.values())
         self._schemaless = Plan(row_plan({"fields": list(self._schemaless_fields)}), None)
-        self._value_plans = _Plans(_envelope_row_schema)
+        self._value_plans = _Plans(envelope_row_schema)
         self._key_plans = _Plans(lambda schema: schema)
         self._layout: Layout | None = None
         self._names: frozenset[str] = frozenset()
@@ -376,6 +381,11 @@ class EnvelopeDecoder:
     @property
     def layout(self) -> Layout | None:
         return self._layout
+
+    @property
+    def last_schemas(self) -> tuple[tuple[bytes, Plan], tuple[bytes, Plan]]:
+        """The value's and the key's: the last wrapped message's prefix and its plan."""
+        return self._value_plans.last, self._key_plans.last
 
     @property
     def schemaless_fields(self) -> tuple[dict[str, Any], ...]:
@@ -447,6 +457,8 @@ class EnvelopeDecoder:
             raise DecodeError("undecodable", f"not a Debezium envelope: {exc}") from exc
         except msgspec.DecodeError as exc:
             raise DecodeError("undecodable", f"not JSON: {exc}") from exc
+        except orjson.JSONDecodeError as exc:  # a schema msgspec skipped over, invalid UTF-8
+            raise DecodeError("undecodable", f"the schema is not JSON: {exc}") from exc
 
     def decode_key(self, key: bytes | None) -> dict[str, Any]:
         if key is None:
@@ -497,7 +509,7 @@ def plan_for(schema: Any, row_schema: Callable[[dict[str, Any]], dict[str, Any]]
 
 
 
-def _envelope_row_schema(envelope_schema: dict[str, Any]) -> dict[str, Any]:
+def envelope_row_schema(envelope_schema: dict[str, Any]) -> dict[str, Any]:
     for field in envelope_schema.get("fields", []):
         if field.get("field") in ("after", "before") and field.get("type") == "struct":
             return dict(field)

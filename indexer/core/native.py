@@ -4,25 +4,38 @@
 ``indexer._native`` (Rust, ``native/``, built by setup.py when cargo is there) turns a slice
 of one table's messages into the documents :class:`~indexer.core.documents.DocumentBuilder`
 would write for them, byte for byte, without a Python object per row or per value. It takes
-only schemaless messages of a table written whole (no include/exclude/rename) with binlog
-versions, whose converters are ones it has (:func:`converter_step`), and declines each
-message that is in any way unusual (a delete, a float, a key that is not one integer, a row of
-another layout, anything it cannot parse): the Python path decodes those and decides what
-becomes of them. tests/unit/core/test_native.py holds the two to identical results.
+messages of a table written whole (no include/exclude/rename) with binlog versions, whose
+converters are ones it has (:func:`converter_step`): without schemas, rows of the accepted
+layout; with schemas, messages of the schema the decoder last used, when that is the
+accepted layout's. It declines each message that is in any way unusual (a delete, a float, a
+key that is not one integer, another layout or schema, anything it cannot parse): the Python
+path decodes those and decides what becomes of them. tests/unit/core/test_native.py holds
+the two to identical results.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, NamedTuple
 
+import orjson
+
 from indexer.core import values
 from indexer.core.documents import DocumentBuilder
 from indexer.core.envelope import Position
-from indexer.core.events import EnvelopeDecoder, field_converter, fraction_digits
+from indexer.core.events import (
+    PAYLOAD_MARKER,
+    SCHEMA_PREFIX,
+    DecodeError,
+    EnvelopeDecoder,
+    envelope_row_schema,
+    field_converter,
+    fraction_digits,
+)
 
 NATIVE_MODULE = "indexer._native"
 
@@ -76,32 +89,64 @@ def converter_step(schema: Mapping[str, Any]) -> tuple[str, int] | None:
     raise NotNative(f"{schema.get('field')!r}: {name or schema.get('type')}")
 
 
+Steps = tuple[tuple[str, str, int], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class SlicePlan:
-    """What the native side needs to know of a table: its converted fields and the field
-    names of the accepted row layout (sorted)."""
+    """What the native side needs to know of a table: its converted fields, and either the
+    field names of the accepted row layout (sorted; without schemas) or the accepted schemas'
+    message prefixes (with schemas)."""
 
-    steps: tuple[tuple[str, str, int], ...]
+    steps: Steps
     layout: tuple[str, ...]
+    value_prefix: bytes = b""  # b"": messages with schemas are declined
+    key_prefix: bytes = b""
+
+
+def steps_of(fields: Iterable[Mapping[str, Any]]) -> Steps:
+    """The native steps of a row's field schemas; raises NotNative."""
+    steps = []
+    for schema in fields:
+        step = converter_step(schema)
+        if step is not None:
+            steps.append((str(schema["field"]), *step))
+    return tuple(steps)
+
+
+# A table's messages carry the same few schemas for weeks: each is parsed once, not per slice.
+@functools.lru_cache(maxsize=64)
+def wrapped_steps(prefix: bytes) -> Steps | None:
+    """The native steps of the row schema in a wrapped message's prefix, or None."""
+    try:
+        schema = orjson.loads(prefix[len(SCHEMA_PREFIX):-len(PAYLOAD_MARKER)])
+        return steps_of(envelope_row_schema(schema).get("fields", []))
+    except (orjson.JSONDecodeError, DecodeError, NotNative, AttributeError, TypeError):
+        return None
 
 
 def slice_plan(decoder: EnvelopeDecoder, builder: DocumentBuilder) -> SlicePlan | None:
     """The table's plan, or None while the native side cannot take its messages: documents
     projected or versioned by a column, no layout accepted yet (the first row is Python's:
-    it may be a new layout), a layout from a schema, a converter it does not have."""
+    it may be a new layout), a converter it does not have; with schemas, also when the
+    schema the decoder last used is not the accepted layout's, or its key is converted."""
     layout = decoder.layout
-    if not (builder.identity and builder.binlog_versions) or layout is None or any(
-            kind for _, kind in layout):
+    if not (builder.identity and builder.binlog_versions) or layout is None:
         return None
-    steps = []
-    try:
-        for schema in decoder.schemaless_fields:
-            step = converter_step(schema)
-            if step is not None:
-                steps.append((str(schema["field"]), *step))
-    except NotNative:
+    if not any(kind for _, kind in layout):  # the layout of rows without schemas
+        try:
+            steps = steps_of(decoder.schemaless_fields)
+        except NotNative:
+            return None
+        return SlicePlan(steps, tuple(sorted(name for name, _ in layout)))
+    (value_prefix, value_plan), (key_prefix, key_plan) = decoder.last_schemas
+    if value_plan.layout != layout or key_plan.steps or not (
+            value_prefix.startswith(SCHEMA_PREFIX) and key_prefix.startswith(SCHEMA_PREFIX)):
         return None
-    return SlicePlan(tuple(steps), tuple(sorted(name for name, _ in layout)))
+    wrapped = wrapped_steps(value_prefix)
+    if wrapped is None:
+        return None
+    return SlicePlan(wrapped, (), value_prefix, key_prefix)
 
 
 class Prepared(NamedTuple):
@@ -140,7 +185,8 @@ class SlicePreparer:
             self._paused = max(0, self._paused - 1)
             return []
         found: list[tuple[Any, ...] | None] = self._module.prepare(
-            keys, messages, list(plan.steps), list(plan.layout))
+            keys, messages, list(plan.steps), list(plan.layout), plan.value_prefix,
+            plan.key_prefix)
         if found.count(None) <= len(found) * DECLINED_SHARE:
             self._declining = 0
         else:

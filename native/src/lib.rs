@@ -1,10 +1,10 @@
 //! indexer's native per-batch path (indexer.core.native): a slice of one table's Debezium
-//! messages (schemaless JSON) to the documents indexer.core.documents would write for them,
-//! without a Python object per row or per value.
+//! messages (JSON, with or without schemas) to the documents indexer.core.documents would
+//! write for them, without a Python object per row or per value.
 //!
 //! The Python modules are the reference. This side takes only what it can do exactly as they
-//! do, and declines (None) every message that is in any way unusual: a delete, a wrapped
-//! (with-schemas) message, a float, an escape it cannot reproduce, a key that is not one
+//! do, and declines (None) every message that is in any way unusual: a delete, a message
+//! with another schema than the table's accepted one, a float, an escape it cannot reproduce, a key that is not one
 //! integer, a version out of range, a row of another layout, anything it cannot parse. A
 //! declined message goes through the Python path, which decides what becomes of it.
 use pyo3::prelude::*;
@@ -91,7 +91,20 @@ enum Step {
 
 struct Plan {
     steps: Vec<(String, Step)>,
-    layout: Vec<String>, // the accepted row's field names, sorted
+    layout: Vec<String>,    // without schemas: the accepted row's field names, sorted
+    value_prefix: Vec<u8>,  // with schemas: `{"schema":<the accepted schema>,"payload":`
+    key_prefix: Vec<u8>,    // ... and its key's
+}
+
+const SCHEMA: &[u8] = b"{\"schema\":";
+
+/// The payload of a message wrapped in `{"schema", "payload"}` whose schema is `prefix`'s
+/// (the wrapper's closing brace cut off), as Python's split finds it; None for another schema.
+fn unwrapped<'a>(message: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    if prefix.is_empty() || !message.starts_with(prefix) || message.last() != Some(&b'}') {
+        return None;
+    }
+    Some(&message[prefix.len()..message.len() - 1])
 }
 
 impl Plan {
@@ -284,12 +297,11 @@ struct Prepared<'a> {
 }
 
 fn prepare_one<'a>(key: &'a [u8], value: &'a [u8], plan: &Plan) -> Option<Prepared<'a>> {
+    let wrapped = value.starts_with(SCHEMA);
+    let payload = if wrapped { unwrapped(value, &plan.value_prefix)? } else { value };
     // msgspec and orjson refuse invalid UTF-8 anywhere, skipped fields included; serde_json
     // checks only the strings it reads.
-    let text = std::str::from_utf8(value).ok()?;
-    if text.starts_with("{\"schema\":") {
-        return None; // a wrapped message: its plan is its schema's
-    }
+    let text = std::str::from_utf8(payload).ok()?;
     let envelope: Envelope = serde_json::from_str(text).ok()?;
     if envelope.schema.0 || envelope.payload.0 {
         return None;
@@ -307,6 +319,13 @@ fn prepare_one<'a>(key: &'a [u8], value: &'a [u8], plan: &Plan) -> Option<Prepar
         return None;
     }
 
+    let key = if key.starts_with(SCHEMA) {
+        unwrapped(key, &plan.key_prefix)?
+    } else if wrapped {
+        return None; // a bare key beside a wrapped value: Python's plans differ for the two
+    } else {
+        key
+    };
     let key_fields: Fields = serde_json::from_str(std::str::from_utf8(key).ok()?).ok()?;
     if key_fields.0.len() != 1 || plan.step(&key_fields.0[0].0).is_some() {
         return None;
@@ -325,10 +344,12 @@ fn prepare_one<'a>(key: &'a [u8], value: &'a [u8], plan: &Plan) -> Option<Prepar
     let fields: Fields = serde_json::from_str(envelope.after?.get()).ok()?;
     let mut names: Vec<&str> = fields.0.iter().map(|(n, _)| n.as_ref()).collect();
     names.sort_unstable();
-    if names.windows(2).any(|w| w[0] == w[1])
-        || names.len() != plan.layout.len()
-        || names.iter().zip(&plan.layout).any(|(a, b)| *a != b.as_str()) {
-        return None; // a name twice, or another layout (Python's LayoutChanged)
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return None; // a name twice: Python keeps the last value at the first one's place
+    }
+    if !wrapped && (names.len() != plan.layout.len()
+                    || names.iter().zip(&plan.layout).any(|(a, b)| *a != b.as_str())) {
+        return None; // without schemas the names are the layout: another is Python's to see
     }
     let mut document = Vec::with_capacity(text.len());
     let mut hashed = Vec::with_capacity(fields.0.len());
@@ -358,16 +379,21 @@ fn prepare_one<'a>(key: &'a [u8], value: &'a [u8], plan: &Plan) -> Option<Prepar
                     snapshot: source.snapshot, connector: source.connector })
 }
 
-/// prepare(keys, values, steps, layout) -> a list with, per message, None (the Python path's
-/// to decode) or (op, id, document, file, pos, row, ts_ms, gtid, snapshot, connector).
+/// prepare(keys, values, steps, layout, value_prefix, key_prefix) -> a list with, per
+/// message, None (the Python path's to decode) or (op, id, document, file, pos, row, ts_ms,
+/// gtid, snapshot, connector).
 ///
 /// ``steps``: (field, "decimal" | "datetime" | "datetime-ms", scale or fraction digits) for
-/// the fields that are converted; ``layout``: the accepted row's field names, sorted.
+/// the fields that are converted; ``layout``: without schemas, the accepted row's field names,
+/// sorted; ``value_prefix`` and ``key_prefix``: with schemas, the accepted schemas' messages
+/// up to their payload (b"": messages with schemas are declined).
 #[pyfunction]
+#[allow(clippy::too_many_arguments)]
 fn prepare<'py>(py: Python<'py>, keys: &Bound<'py, PyList>, values: &Bound<'py, PyList>,
-                steps: Vec<(String, String, u32)>, layout: Vec<String>)
-                -> PyResult<Bound<'py, PyList>> {
-    let mut plan = Plan { steps: Vec::with_capacity(steps.len()), layout };
+                steps: Vec<(String, String, u32)>, layout: Vec<String>, value_prefix: Vec<u8>,
+                key_prefix: Vec<u8>) -> PyResult<Bound<'py, PyList>> {
+    let mut plan = Plan { steps: Vec::with_capacity(steps.len()), layout, value_prefix,
+                          key_prefix };
     for (name, kind, parameter) in steps {
         let step = match kind.as_str() {
             "decimal" => Step::Decimal(parameter),

@@ -143,6 +143,9 @@ def test_hinted_value_of_the_wrong_shape_is_a_clear_error() -> None:
     (b'{"id":1}', b'{"op":"c","after":[1],"source":{}}', "undecodable", r"at `\$\.after`"),
     (None, b'{"op":"c","after":{"id":1},"source":{}}', "undecodable", "no key"),
     (b"[]", b'{"op":"c","after":{"id":1},"source":{}}', "undecodable", "key columns"),
+    # (found by comparing the native path: was an internal error)
+    (b'{"id":1}', b'{"schema":{"x":"\x80"},"payload":{"op":"c"}}', "undecodable",
+     "the schema is not JSON"),
 ])
 def test_poison_messages_raise_decode_errors(key: bytes | None, value: bytes, kind: str,
                                              match: str) -> None:

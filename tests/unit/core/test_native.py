@@ -93,6 +93,16 @@ def accepted(decoder: EnvelopeDecoder, builder: DocumentBuilder, pairs: list[Pai
             return
 
 
+def test_recorded_events_with_schemas_come_out_as_python_makes_them(module: ModuleType
+                                                                    ) -> None:
+    lifecycle = messages("t1_lifecycle.tsv")
+    d, b = decoder({}), builder()
+    accepted(d, b, lifecycle)
+    # the insert and update of each round (the first insert is Python's: its schema is new)
+    assert through_both(module, d, b, lifecycle * 3 + POISON + lifecycle) == 7
+    through_both(module, decoder({}), b, messages("alltypes.tsv") * 2)
+
+
 def test_recorded_events_come_out_as_python_makes_them(module: ModuleType) -> None:
     pairs = without_schemas(messages("t1_lifecycle.tsv")) + POISON
     d, b = decoder({"price": "decimal(10,2)"}), builder()
@@ -146,7 +156,7 @@ def test_the_unusual_is_declined(module: ModuleType, value: dict[str, Any]) -> N
     d.accept(frozenset((name, "") for name in after))
     plan = native.slice_plan(d, builder())
     assert plan is not None
-    found = module.prepare([b'{"id":1}'], [raw], list(plan.steps), list(plan.layout))
+    found = module.prepare([b'{"id":1}'], [raw], list(plan.steps), list(plan.layout), b"", b"")
     assert found == [None]
 
 
@@ -249,6 +259,37 @@ ordinary_sources = st.fixed_dictionaries({
     "snapshot": st.sampled_from(["false", "true", "last", False]),
     "connector": st.sampled_from(["mariadb", "mysql"]),
 })
+def field(name: str, kind: str, logical: str | None = None, **parameters: str
+          ) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": kind, "optional": name != "id", "field": name}
+    if logical:
+        schema["name"] = logical
+    if parameters:
+        schema["parameters"] = parameters
+    return schema
+
+
+# The schema Debezium would send with ordinary rows (DECIMAL, DATETIME(3/0/6) columns).
+ROW_SCHEMA = {"type": "struct", "optional": True, "name": "t.Value", "fields": [
+    field("id", "int64"), field("name", "string"),
+    field("price", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2"),
+    field("big", "bytes", "org.apache.kafka.connect.data.Decimal", scale="0"),
+    field("at", "int64", "io.debezium.time.Timestamp"),
+    field("micro", "int64", "io.debezium.time.MicroTimestamp"),
+    field("whole", "int64", "io.debezium.time.Timestamp",
+          **{"__debezium.source.column.type": "DATETIME",
+             "__debezium.source.column.length": "0"}),
+    field("ok", "boolean")]}
+ENVELOPE_SCHEMA = orjson.dumps({"type": "struct", "name": "t.Envelope", "fields": [
+    dict(ROW_SCHEMA, field="before"), dict(ROW_SCHEMA, field="after"),
+    {"type": "struct", "fields": [], "field": "source"}, field("op", "string")]})
+KEY_SCHEMA = orjson.dumps({"type": "struct", "name": "t.Key", "fields": [field("id", "int64")]})
+
+
+def wrapped(schema: bytes, payload: bytes) -> bytes:
+    return b'{"schema":' + schema + b',"payload":' + payload + b"}"
+
+
 ordinary_keys = st.fixed_dictionaries({"id": st.integers(min_value=-(2**63),
                                                         max_value=2**63 - 1)})
 ordinary = st.fixed_dictionaries(
@@ -293,6 +334,26 @@ def test_ordinary_messages_come_out_as_python_makes_them(
     d.accept(frozenset((name, "") for name in envelope["after"]))
     through_both(module, d, b, [(encoded(key, escapes), damaged(encoded(envelope, escapes),
                                                                  damage))])
+
+
+FIRST = {"op": "c", "after": {"id": 1, "name": "a", "price": "AJY=", "big": None, "at": 0,
+                              "micro": 0, "whole": 0, "ok": True},
+         "source": {"file": "b.000001", "pos": 4}}
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(envelope=ordinary, key=ordinary_keys, escapes=st.booleans(),
+       damage=st.one_of(st.none(), damages), key_damage=st.one_of(st.none(), damages))
+def test_ordinary_messages_with_schemas_come_out_as_python_makes_them(
+        module: ModuleType, envelope: dict[str, Any], key: dict[str, Any], escapes: bool,
+        damage: tuple[int, bytes, int] | None, key_damage: tuple[int, bytes, int] | None
+        ) -> None:
+    d, b = decoder({}), builder()
+    first = (wrapped(KEY_SCHEMA, b'{"id":1}'), wrapped(ENVELOPE_SCHEMA, orjson.dumps(FIRST)))
+    assert through_both(module, d, b, [first, first]) == 1  # (the first: a new schema)
+    through_both(module, d, b, [(
+        damaged(wrapped(KEY_SCHEMA, encoded(key, escapes)), key_damage),
+        damaged(wrapped(ENVELOPE_SCHEMA, encoded(envelope, escapes)), damage))])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
