@@ -171,13 +171,19 @@ def row_plan(struct_schema: Mapping[str, Any]) -> RowPlan:
     for field in struct_schema.get("fields", []):
         converter = field_converter(field)
         if converter is not None:
-            plan.append((str(field["field"]), converter))
+            plan.append((field_name(field), converter))
     return tuple(plan)
 
 
 def layout_of(struct_schema: Mapping[str, Any]) -> Layout:
-    return frozenset((str(f.get("field")), _field_type(f))
-                     for f in struct_schema.get("fields", []))
+    return frozenset((field_name(f), _field_type(f)) for f in struct_schema.get("fields", []))
+
+
+def field_name(schema: Mapping[str, Any]) -> str:
+    name = schema["field"]
+    if type(name) is not str:
+        raise TypeError(f"a field's name is {name!r}")
+    return name
 
 
 def _field_type(schema: Mapping[str, Any]) -> str:
@@ -504,8 +510,15 @@ def _unsupported(op: str | None) -> DecodeError:
 def plan_for(schema: Any, row_schema: Callable[[dict[str, Any]], dict[str, Any]]) -> Plan:
     if not isinstance(schema, dict):
         raise DecodeError("undecodable", "the schema is not a JSON object")
-    struct = row_schema(schema)
-    return Plan(row_plan(struct), layout_of(struct))
+    try:
+        struct = row_schema(schema)
+        return Plan(row_plan(struct), layout_of(struct))
+    except DecodeError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        # valid JSON of the wrong shape: a field without a name, a scale that is no number
+        raise DecodeError("undecodable", "the schema is not a Kafka Connect struct "
+                          f"schema: {type(exc).__name__} {exc}") from exc
 
 
 

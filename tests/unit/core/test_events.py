@@ -146,6 +146,24 @@ def test_hinted_value_of_the_wrong_shape_is_a_clear_error() -> None:
     # (found by comparing the native path: was an internal error)
     (b'{"id":1}', b'{"schema":{"x":"\x80"},"payload":{"op":"c"}}', "undecodable",
      "the schema is not JSON"),
+    # valid JSON of the wrong shape (found by the same comparison: were internal errors)
+    *[(b'{"id":1}', b'{"schema":{"type":"struct","fields":[{"field":"after","type":"struct",'
+       b'"fields":' + fields + b'}]},"payload":{"op":"c","after":{"id":1},"source":{}}}',
+       "undecodable", "not a Kafka Connect struct schema")
+      for fields in (
+          b'[{"type":"int32"}]',  # a field without a name
+          b'[{"field":"p","type":"bytes","name":"org.apache.kafka.connect.data.Decimal",'
+          b'"parameters":{"scale":"0,"}}]',  # a scale that is no number
+          b'[{"field":"p","type":"int64","name":"io.debezium.time.Timestamp",'
+          b'"parameters":{"__debezium.source.column.type":"DATETIME",'
+          b'"__debezium.source.column.length":"x"}}]',  # a length that is no number
+          b'[{"field":"p","type":"string","parameters":[1]}]',  # parameters not an object
+          b'["id"]',  # a field that is not an object
+          b'7',  # fields that are not a list
+      )],
+    (b'{"schema":{"type":"struct","fields":[{"type":"int32"}]},"payload":{"id":1}}',
+     b'{"op":"c","after":{"id":1},"source":{}}', "undecodable",
+     "not a Kafka Connect struct schema"),
 ])
 def test_poison_messages_raise_decode_errors(key: bytes | None, value: bytes, kind: str,
                                              match: str) -> None:
