@@ -1,4 +1,4 @@
-"""CPU per event of the per-event path alone, compiled against pure Python, in one run.
+"""CPU per event of the per-event path alone: compiled, pure Python, native, in one run.
 
     .venv/bin/python -m bench.hot_loop --events 200000 [--baseline <checkout>]
 
@@ -9,7 +9,11 @@ daemon does to each record before the bulk: decode the envelope, build the write
 its own over the same events, the builds taking turns ``--rounds`` times; the median CPU
 time per event of each is printed, and the ratio. Builds: this checkout as installed
 (compiled when it could be), the same sources without their compiled modules (pure Python),
-and with ``--baseline`` another checkout (a ``git worktree`` with its own ``.venv``).
+and with ``--baseline`` another checkout (a ``git worktree`` with its own ``.venv``). When
+the native per-batch path is built, each build of this checkout also runs it ("+ native"):
+slices of the daemon's size through ``indexer.core.native``, then the write and action line
+from each result as the daemon makes them (the compiled or pure Python bookkeeping around the
+native module: whether mypyc still earns its place beside it).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import pickle
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,14 +54,40 @@ decoder = EnvelopeDecoder(ConnectorSettings(), {"price": "decimal(10,2)",
                                                 "updated_at": "datetime(6)"})
 builder = DocumentBuilder(TableConfig("bench", "t", "t", "t", "t.json", VersionSource("binlog")))
 parts = []
-started = time.process_time()
-for key, value in messages:
-    change = decoder.decode(key, value)
-    write = builder.write_for_change(change)
-    parts += (action_line("t-v1", write), write.source)
-    if len(parts) >= 8000:
-        body = b"\\n".join(parts)
-        parts = []
+if sys.argv[2] == "native":
+    from indexer.build import load_native
+    from indexer.core import native
+    from indexer.core.documents import Write, pack_binlog_version
+    from indexer.jobs.daemon import DECODE_SLICE
+    module = load_native()
+    assert module is not None, "no native module"
+    build += " + native"
+    preparer = native.SlicePreparer(module)
+    decoder.decode(*messages[0])  # the layout accepted, as by the daemon's first message
+    started = time.process_time()
+    for start in range(0, len(messages), DECODE_SLICE):
+        taken = messages[start:start + DECODE_SLICE]
+        found = preparer.prepare(native.slice_plan(decoder, builder), [k for k, _ in taken],
+                                 [v for _, v in taken])
+        for (key, value), p in zip(taken, found):
+            if p is None:
+                write = builder.write_for_change(decoder.decode(key, value))
+            else:
+                write = Write(p.id, pack_binlog_version(p.file, p.pos, p.row), p.document,
+                              deleted=False)
+            parts += (action_line("t-v1", write), write.source)
+        if len(parts) >= 8000:
+            body = b"\\n".join(parts)
+            parts = []
+else:
+    started = time.process_time()
+    for key, value in messages:
+        change = decoder.decode(key, value)
+        write = builder.write_for_change(change)
+        parts += (action_line("t-v1", write), write.source)
+        if len(parts) >= 8000:
+            body = b"\\n".join(parts)
+            parts = []
 elapsed = time.process_time() - started
 print(elapsed / len(messages) * 1e6, build)
 """
@@ -72,8 +103,8 @@ def pure_copy(into: Path) -> Path:
     return into / "pure"
 
 
-def child(python: str, path: Path, events: Path, script: Path) -> tuple[float, str]:
-    out = subprocess.run([python, str(script), str(events)], cwd=path, check=True,
+def child(python: str, path: Path, events: Path, script: Path, mode: str) -> tuple[float, str]:
+    out = subprocess.run([python, str(script), str(events), mode], cwd=path, check=True,
                          capture_output=True, text=True,
                          env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"}).stdout
     micros, build = out.strip().split(" ", 1)
@@ -93,9 +124,18 @@ async def main() -> None:
         work = Path(tmp)
         script = work / "child.py"
         script.write_text(CHILD)
-        builds = {"installed": (sys.executable, REPO), "pure": (sys.executable, pure_copy(work))}
+        pure = pure_copy(work)
+        builds = {"installed": (sys.executable, REPO, "python"),
+                  "pure": (sys.executable, pure, "python")}
+        built_native = [path for path in (REPO / "indexer").glob("_native.*")
+                        if path.suffix == ".so"]
+        if built_native:  # the native module beside both builds of the rest
+            shutil.copy(built_native[0], pure / "indexer")
+            builds["installed+native"] = (sys.executable, REPO, "native")
+            builds["pure+native"] = (sys.executable, pure, "native")
         if args.baseline:
-            builds["baseline"] = (str(args.baseline / ".venv/bin/python"), args.baseline)
+            builds["baseline"] = (str(args.baseline / ".venv/bin/python"), args.baseline,
+                                  "python")
         for schemas in (True, False):
             data = work / f"events-{schemas}.pickle"
             with data.open("wb") as f:
@@ -103,14 +143,14 @@ async def main() -> None:
             runs: dict[str, list[float]] = {name: [] for name in builds}
             described: dict[str, str] = {}
             for _ in range(args.rounds):
-                for name, (python, path) in builds.items():
-                    micros, described[name] = child(python, path, data, script)
+                for name, (python, path, mode) in builds.items():
+                    micros, described[name] = child(python, path, data, script, mode)
                     runs[name].append(micros)
             label = "with schemas" if schemas else "without schemas"
             installed = statistics.median(runs["installed"])
             for name, samples in runs.items():
                 median = statistics.median(samples)
-                print(f"{label:16} {name:9} {median:6.2f} µs/event (runs "
+                print(f"{label:16} {name:16} {median:6.2f} µs/event (runs "
                       f"{', '.join(f'{s:.2f}' for s in samples)}) ratio to installed "
                       f"{median / installed:.3f}  [{described[name]}]")
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
+from types import ModuleType
 
 # The modules every event goes through (envelope decoding, value encodings, checksums,
 # documents and versions, bulk lines, joined documents' assembly, and the daemon's per-message
@@ -22,6 +23,8 @@ HOT_PATH = ("indexer.core.values", "indexer.core.checksums", "indexer.core.event
             "indexer.core.documents", "indexer.core.versions", "indexer.core.sources",
             "indexer.core.bulk", "indexer.core.trees", "indexer.jobs.follower",
             "indexer.jobs.daemon", "indexer.search.sink")
+# The native per-batch path (native/), built by setup.py when cargo is there.
+NATIVE_MODULE = "indexer._native"
 
 
 @dataclass(frozen=True)
@@ -88,14 +91,22 @@ def current_build() -> Build:
     sources, native = native_files()
     if checkout and native is not None and sources and (
             max(path.stat().st_mtime for path in sources) > native.stat().st_mtime):
-        stale.append("indexer._native")
+        stale.append(NATIVE_MODULE)
     try:
         version = package_version("indexer")
     except PackageNotFoundError:  # run from a checkout that was never installed
         version = "unknown"
+    return Build(version, tuple(compiled), tuple(stale), load_native() is not None)
+
+
+def load_native() -> ModuleType | None:
+    """The native module, or None when this build has none (pure Python, no cargo) or it
+    does not load."""
     try:
-        importlib.import_module("indexer._native")
-        loads = True
-    except ImportError:  # none built (pure Python, or no cargo), or one that does not load
-        loads = False
-    return Build(version, tuple(compiled), tuple(stale), loads)
+        module = importlib.import_module(NATIVE_MODULE)
+    except ImportError:
+        return None
+    # An editable install's finder serves a module this package lacks from the checkout it
+    # was installed from: a copy of the sources without one must not use that checkout's.
+    here = Path(__file__).resolve().parent
+    return module if Path(module.__file__ or "").resolve().parent == here else None

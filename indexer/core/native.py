@@ -16,7 +16,6 @@ the two to identical results.
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -37,8 +36,6 @@ from indexer.core.events import (
     fraction_digits,
 )
 
-NATIVE_MODULE = "indexer._native"
-
 # A declined message costs the native side's parse on top of Python's: a table whose messages
 # it keeps declining (floats, composite keys) goes to Python alone for DECLINED_PAUSE_SLICES
 # slices once DECLINED_SLICES in a row were mostly (DECLINED_SHARE) declined. One such slice
@@ -52,14 +49,6 @@ DECLINED_SHARE = 0.5
 DATETIMES = {"io.debezium.time.MicroTimestamp": ("datetime", 6),
              "io.debezium.time.Timestamp": ("datetime-ms", 3),
              "org.apache.kafka.connect.data.Timestamp": ("datetime-ms", 3)}
-
-
-def load() -> ModuleType | None:
-    """The native module, or None when this build has none (pure Python)."""
-    try:
-        return importlib.import_module(NATIVE_MODULE)
-    except ImportError:
-        return None
 
 
 class NotNative(Exception):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from indexer.build import current_build
+from indexer.build import current_build, load_native
 from indexer.core import native, trees
 from indexer.core.canary import Beat
 from indexer.core.documents import DocumentBuilder, Write, pack_binlog_version
@@ -99,7 +99,7 @@ class Daemon:
         self._open_parts = parts or open_parts
         self._canary = config.canary_table
         self._tables = consumed_tables(config)
-        module = native.load() if config.batch.native else None
+        module = load_native() if config.batch.native else None
         if module is not None:
             for table in self._tables.values():
                 if table.builder is not None and not table.places:

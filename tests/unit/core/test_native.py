@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from indexer.build import load_native
 from indexer.core import native
 from indexer.core.documents import DocumentBuilder, pack_binlog_version
 from indexer.core.events import DecodeError, EnvelopeDecoder, LayoutChanged
@@ -29,7 +30,7 @@ HINTS = {"price": "decimal(10,2)", "at": "datetime(3)", "big": "decimal(30,0)",
 
 @pytest.fixture(scope="module")
 def module() -> ModuleType:
-    found = native.load()
+    found = load_native()
     if found is None:
         pytest.skip("no native module in this build (dev/test.sh requires it)")
     return found

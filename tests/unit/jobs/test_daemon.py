@@ -15,6 +15,7 @@ import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from indexer.build import load_native
 from indexer.config import build_config
 from indexer.core import native as native_module
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
@@ -401,7 +402,7 @@ async def test_the_native_path_writes_and_commits_what_the_python_path_does() ->
                            "batch": {"linger_ms": 0, "max_linger_ms": 0, "max_events": 64}},
                           Path())
     stream = schemaless_stream()
-    module = native_module.load()
+    module = load_native()
     counting = CountingPreparer(module) if module is not None else None
     python = await drained(replace(config, batch=replace(config.batch, native=False)), stream,
                            None)
