@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 import subprocess
 import sys
 import tempfile
@@ -171,8 +172,8 @@ async def committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
     return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic)
 
 
-def write_config(folder: Path, table: str, topic: str,
-                 schemas: bool) -> tuple[Path, str, str]:
+def write_config(folder: Path, table: str, topic: str, schemas: bool,
+                 metrics_port: int = 0) -> tuple[Path, str, str]:
     alias = unique("bench-daemon").lower().replace("_", "-")
     (folder / f"{alias}.json").write_bytes(orjson.dumps(BENCH_MAPPING))
     group = unique("bench-group")
@@ -183,7 +184,7 @@ def write_config(folder: Path, table: str, topic: str,
         f'[kafka]\nbootstrap_servers = "{KAFKA}"\ngroup_id = "{group}"\n'
         f'dead_letter_topic = "{unique("bench-dlq")}"\n'
         f'[elasticsearch]\nhosts = ["{ES}"]\nmappings_dir = "{folder}"\n'
-        "[metrics]\nport = 0\n"
+        f"[metrics]\nport = {metrics_port}\n"
         f'[[tables]]\nname = "{DATABASE}.{table}"\ntopic = "{topic}"\nalias = "{alias}"\n'
         + hints
     )
@@ -196,6 +197,23 @@ class DaemonRun:
     rss_mb: float
     load: str  # how busy each process was
     cpu_us: float  # the daemon's CPU per event
+    native: float  # share of the events the native per-batch path took
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def native_events(port: int) -> float:
+    """indexer_native_events_total summed over tables, from the daemon's /metrics (absent
+    from a checkout without the native path: 0)."""
+    async with aiohttp.ClientSession() as http, \
+            http.get(f"http://127.0.0.1:{port}/metrics") as answer:
+        text = await answer.text()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("indexer_native_events_total{"))
 
 
 async def run_daemon(table: str, topic: str, n: int, schemas: bool,
@@ -203,7 +221,8 @@ async def run_daemon(table: str, topic: str, n: int, schemas: bool,
     """`indexer run` draining the topic: this checkout's, or another's with its own .venv."""
     python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
     with tempfile.TemporaryDirectory() as tmp:
-        config, group, alias = write_config(Path(tmp), table, topic, schemas)
+        port = free_port()
+        config, group, alias = write_config(Path(tmp), table, topic, schemas, port)
         proc = await asyncio.create_subprocess_exec(
             "taskset", "-c", CLIENT_CORE, python, "-m", "indexer", "run",
             "--config", str(config), "--log-level", "INFO", cwd=checkout or REPO,
@@ -226,6 +245,7 @@ async def run_daemon(table: str, topic: str, n: int, schemas: bool,
             finally:
                 await admin.close()
             used = cpu_seconds(proc.pid) - daemon_cpu
+            native = await native_events(port) / n
             load = busy.report(indexer=used)
             rss = peak_rss_mb(proc.pid)  # taskset execs the daemon: same pid
             proc.terminate()
@@ -239,7 +259,7 @@ async def run_daemon(table: str, topic: str, n: int, schemas: bool,
                 await proc.wait()
             async with aiohttp.ClientSession(base_url=ES) as http:
                 await (await http.delete(f"/{alias}-v*")).read()
-    return DaemonRun(n / elapsed, rss, load, used / n * 1e6)
+    return DaemonRun(n / elapsed, rss, load, used / n * 1e6, native)
 
 
 async def _drain(stream: asyncio.StreamReader) -> list[str]:
@@ -272,8 +292,9 @@ async def main(n: int, modes: list[bool], baseline: Path | None) -> None:
             print(f"{label:>16}: {n} events, {size / n:.0f} B/event | raw _bulk ceiling "
                   f"{before:,.0f} / {after:,.0f} docs/s | indexer run {run.rate:,.0f} docs/s | "
                   f"ratio {run.rate / ceiling:.2f} | daemon peak RSS {run.rss_mb:.0f} MB | CPU "
-                  f"busy: {run.load}; indexer CPU {run.cpu_us:.1f} µs/event | I/O alone "
-                  f"{floor:,.0f} docs/s ({floor / ceiling:.2f}) at {floor_cpu:.1f} µs/event",
+                  f"busy: {run.load}; indexer CPU {run.cpu_us:.1f} µs/event, "
+                  f"{run.native:.0%} native | I/O alone {floor:,.0f} docs/s "
+                  f"({floor / ceiling:.2f}) at {floor_cpu:.1f} µs/event",
                   flush=True)
             if base is not None:
                 print(f"{'baseline':>16}: {baseline} | indexer run {base.rate:,.0f} docs/s | "
