@@ -123,7 +123,7 @@ def pin_protocol() -> None:
 
 
 def unpin() -> None:
-    for server in ("elasticsearch", "kafka", "mariadb"):
+    for server in ("elasticsearch", "kafka", "mariadb", "connect"):  # connect: if pinned
         pin(server, "0,1")
     pin_self("0,1")
 
@@ -201,6 +201,22 @@ async def capture_template(db: pymysql.connections.Connection[Any]) -> tuple[str
 def chunks(n: int, size: int) -> Iterator[range]:
     for start in range(0, n, size):
         yield range(start, min(start + size, n))
+
+
+async def wait_for_topic(topic: str, timeout_s: float = 60) -> None:
+    """Until the topic exists: Debezium creates a table's topic with its first change, and
+    a daemon started before that only notices it at its next metadata refresh (~30 s)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while topic not in await admin.list_topics():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no topic {topic} within {timeout_s:.0f} s; is the "
+                                   "connector running?")
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
 
 
 async def delete_topic(topic: str) -> None:

@@ -39,6 +39,7 @@ from bench.common import (
     search_client,
     unique,
     unpin,
+    wait_for_topic,
 )
 from bench.daemon import write_config
 from bench.pipeline import METRICS_PORT, Variant, bulks_sent
@@ -74,6 +75,8 @@ async def measure(rate: int, seconds: float, per_commit: int, variant: Variant) 
     table = unique("fresh")
     with db.cursor() as cur:
         cur.execute(f"CREATE TABLE `{table}` ({BENCH_COLUMNS})")
+        cur.execute(f"INSERT INTO `{table}` VALUES (0, 'topic', 0, 0, NOW(6))")  # not timed
+    await wait_for_topic(f"mysql.{DATABASE}.{table}")
     pin_protocol()
     pin("connect", CLIENT_CORE)
     es = await search_client().__aenter__()
