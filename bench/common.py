@@ -7,6 +7,7 @@ import base64
 import os
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -196,6 +197,16 @@ async def capture_template(db: pymysql.connections.Connection[Any]) -> tuple[str
     finally:
         await consumer.stop()
     raise RuntimeError(f"no Debezium event for {table} within 60 s; is the connector running?")
+
+
+def daemon_metric(port: int, name: str) -> float | None:
+    """The sum of a metric's samples on a daemon's /metrics (None: it has none yet); raises
+    OSError when nothing answers there."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    values = [float(line.split()[-1]) for line in text.splitlines()
+              if line.startswith((name + "{", name + " "))]
+    return sum(values) if values else None
 
 
 def chunks(n: int, size: int) -> Iterator[range]:

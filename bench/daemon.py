@@ -43,6 +43,7 @@ from bench.common import (
     capture_template,
     chunks,
     cpu_seconds,
+    daemon_metric,
     delete_topic,
     mysql,
     peak_rss_mb,
@@ -206,16 +207,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def native_events(port: int) -> float:
-    """indexer_native_events_total summed over tables, from the daemon's /metrics (absent
-    from a checkout without the native path: 0)."""
-    async with aiohttp.ClientSession() as http, \
-            http.get(f"http://127.0.0.1:{port}/metrics") as answer:
-        text = await answer.text()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("indexer_native_events_total{"))
-
-
 async def run_daemon(table: str, topic: str, n: int, schemas: bool,
                      checkout: Path | None = None) -> DaemonRun:
     """`indexer run` draining the topic: this checkout's, or another's with its own .venv."""
@@ -245,7 +236,8 @@ async def run_daemon(table: str, topic: str, n: int, schemas: bool,
             finally:
                 await admin.close()
             used = cpu_seconds(proc.pid) - daemon_cpu
-            native = await native_events(port) / n
+            # absent from a checkout without the native path: none taken
+            native = (daemon_metric(port, "indexer_native_events_total") or 0.0) / n
             load = busy.report(indexer=used)
             rss = peak_rss_mb(proc.pid)  # taskset execs the daemon: same pid
             proc.terminate()

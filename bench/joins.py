@@ -37,7 +37,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,7 @@ from bench.common import (
     ES,
     KAFKA,
     REPO,
+    daemon_metric,
     mysql,
     pin,
     pin_protocol,
@@ -168,12 +168,7 @@ def _toml(raw: dict[str, Any]) -> str:
 
 def rebuilt_documents() -> float:
     """The daemon's joined documents written or found current, from its metrics."""
-    total = 0.0
-    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("indexer_rebuilt_total{"):
-                total += float(line.split()[-1])
-    return total
+    return daemon_metric(METRICS_PORT, "indexer_rebuilt_total") or 0.0
 
 
 def rss_mb(pid: int) -> float:

@@ -45,6 +45,7 @@ from bench.common import (
     KAFKA,
     REPO,
     cpu_seconds,
+    daemon_metric,
     mysql,
     search_client,
     server_cpu,
@@ -160,11 +161,7 @@ async def topic_end(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, topi
 
 
 def bulks_sent() -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("indexer_bulk_seconds_count"):
-                return float(line.split()[-1])
-    return 0.0
+    return daemon_metric(METRICS_PORT, "indexer_bulk_seconds_count") or 0.0
 
 
 @contextlib.asynccontextmanager

@@ -27,7 +27,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from bench.common import (
     MYSQL_PORT,
     REPO,
     cpu_seconds,
+    daemon_metric,
     mysql,
     server_cpu,
     unique,
@@ -95,13 +95,9 @@ async def daemon(config: Path) -> AsyncIterator[int]:
 def metric(name: str) -> float | None:
     """The sum of a metric's samples on the daemon's endpoint (None: not there yet)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as r:
-            text = r.read().decode()
+        return daemon_metric(METRICS_PORT, name)
     except OSError:
         return None
-    values = [float(line.split()[-1]) for line in text.splitlines()
-              if line.startswith((name + "{", name + " "))]
-    return sum(values) if values else None
 
 
 async def pass_ended(after: float, timeout: float = 1800) -> float:
