@@ -146,6 +146,8 @@ def field_converter(schema: Mapping[str, Any]) -> Converter | None:
     if name == "io.debezium.time.ZonedTimestamp":
         fsp = fraction_digits(params, 6)
         return lambda v: values.timestamp_from_iso(v, fsp)
+    if name == "io.debezium.time.Year" or column_type == "YEAR":
+        return values.year
     if name == "io.debezium.data.Json":
         return orjson.loads
     if name == "io.debezium.data.EnumSet":
@@ -273,6 +275,8 @@ def hinted_field_schema(column: str, hint: str, connector: ConnectorSettings) ->
     elif base in ("bool", "boolean") or (base == "tinyint" and length == 1):
         params[_COLUMN_TYPE] = "BOOLEAN"  # 0/1, as a row read from MySQL has it
         schema["type"] = "boolean"
+    elif base == "year":
+        schema["name"] = "io.debezium.time.Year"
     elif base == "json":
         schema["name"] = "io.debezium.data.Json"
     elif base == "set":

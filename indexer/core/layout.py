@@ -44,6 +44,7 @@ class TableLayout:
     table: str
     columns: tuple[Column, ...]
     flavor: Flavor = "mariadb"  # the server's: its SQL dialect for checksums
+    normalizes_json: bool = True  # it has JSON_NORMALIZE (MariaDB 10.7+)
 
     @property
     def key(self) -> tuple[Column, ...]:

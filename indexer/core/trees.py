@@ -448,33 +448,3 @@ def document_hash(document: Mapping[str, Any]) -> int:
     lookups and children as their JSON text. Reconciliation computes it from documents it
     assembles from MySQL, so stream, reindex and reconcile agree by construction."""
     return content_hash(document)
-
-
-def differences(mysql: Mapping[str, Any], index: Mapping[str, Any], path: str = "", *,
-                flat: bool = False) -> list[str]:
-    """Which parts of a joined document differ between MySQL's and the index's: the root's
-    fields by name, a lookup's by its path, children by count or by position (``flat``: a
-    row's document, whose objects are JSON values, named by their field only)."""
-    found: list[str] = []
-    for name in sorted(set(mysql) | set(index), key=str):
-        ours, theirs = mysql.get(name), index.get(name)
-        if ours == theirs or name == META_FIELD:
-            continue
-        where = f"{path}.{name}" if path else name
-        if flat:
-            found.append(where)
-        elif isinstance(ours, dict) and isinstance(theirs, dict):
-            found += differences(ours, theirs, where)
-        elif isinstance(ours, list) and isinstance(theirs, list) and any(
-                isinstance(v, dict) for v in (*ours, *theirs)):
-            if len(ours) != len(theirs):
-                found.append(f"{where}: {len(ours)} in MySQL, {len(theirs)} in the index")
-                continue
-            for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-                if a != b:
-                    inner = (differences(a, b, f"{where}[{i}]")
-                             if isinstance(a, dict) and isinstance(b, dict) else [])
-                    found += inner or [f"{where}[{i}]"]
-        else:
-            found.append(where)
-    return found

@@ -15,7 +15,8 @@ Representations (what a user sees in ``_source``):
   TIME(fsp)          "-838:59:59", "12:34:56.789012"
   BIT(1)             true/false;  BIT(n>1) unsigned integer
   BOOLEAN            0/1 like any TINYINT(1): MySQL cannot tell them apart
-  JSON               the parsed value;  SET  list of members;  ENUM, YEAR  as is
+  YEAR               1901-2155, or 0 for 0000 (Debezium sends 1900)
+  JSON               the parsed value;  SET  list of members;  ENUM  as is
   BLOB/BINARY        base64 string (Elasticsearch's ``binary`` type)
 """
 
@@ -128,6 +129,13 @@ def time_from_micros(duration: Any, fsp: int) -> str:
     if fsp > 0:
         formatted += "." + f"{fraction:06d}"[:fsp]
     return formatted
+
+
+
+def year(value: Any) -> int:
+    """MySQL's YEAR: 1901-2155, or 0 for '0000', which Debezium sends as 1900 (no YEAR)."""
+    number = integer(value, "a YEAR")
+    return 0 if number == 1900 else number
 
 
 

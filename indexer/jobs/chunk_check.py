@@ -44,6 +44,9 @@ CHUNK_ROWS = 2000
 MAX_CHUNKS = 50_000
 DRILL_CHUNKS = 64  # differing chunks compared per round trip
 DRILL_PARALLEL = 4
+# Stale documents compared field by field whatever the table's columns (the report names
+# their differing fields); beyond, only where checksums may differ from documents.
+DETAILED_STALE = 200
 UNCHUNKED = -(2**63)  # the chunk of an id that cannot be an integer key
 
 LIVE_DOCS: dict[str, Any] = {"bool": {"must_not": [{"term": {f"{META_FIELD}.deleted": True}}]}}
@@ -241,6 +244,35 @@ async def compare_ids(config: Config, client: SearchClient, table: TableConfig, 
     return found
 
 
+@dataclass
+class Confirmed:
+    """Differences once stale candidates are compared as documents (:mod:`indexer.core.compare`)."""
+
+    found: Differences  # what stands
+    parts: dict[str, list[str]]  # stale id -> what differs in its document, where compared
+    equal: list[str]  # candidates whose checksum text differs but whose documents are equal
+
+
+async def confirmed(client: SearchClient, table: TableConfig, plan: Plan,
+                    found: Differences) -> Confirmed:
+    """Compares stale candidates' documents with MySQL's: only a document that differs is
+    stale. A table whose checksum texts are exact for every column type it has (no JSON:
+    MariaDB keeps a JSON string's escapes as stored) has its first DETAILED_STALE compared
+    (for the report's fields), the rest only if one of those turned out equal."""
+    stale = sorted(i for i, d in found.items() if d.kind == "stale")
+    parts: dict[str, list[str]] = {}
+    exact = plan.reads.exact_checksums
+    for start in range(0, len(stale), snapshots.IDS_PER_LOOKUP):
+        if exact and start >= DETAILED_STALE and all(parts.values()):
+            break
+        page = stale[start:start + snapshots.IDS_PER_LOOKUP]
+        sources = await es_sources(client, table.alias, page)
+        parts.update(await asyncio.to_thread(plan.reads.what_differs, sources))
+    equal = sorted(i for i, p in parts.items() if not p)
+    return Confirmed({i: d for i, d in found.items() if i not in parts or parts[i]},
+                     {i: p for i, p in parts.items() if p}, equal)
+
+
 async def es_hashes_for_ids(client: SearchClient, alias: str,
                             ids: Sequence[str]) -> dict[str, int]:
     """id -> stored hash of these documents, an ids query of at most IDS_PER_LOOKUP at a time
@@ -303,17 +335,23 @@ async def unchunked(config: Config, client: SearchClient, table: TableConfig,
 async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig, plan: Plan,
                  found: Differences) -> dict[str, int]:
     """Rewrites missing and stale documents from a consistent snapshot, page by page (a
-    whole table's worth streams like a reindex), then tombstones extras."""
+    whole table's worth streams like a reindex), then tombstones extras. Counts what
+    happened to each: rewritten, tombstoned, refused_as_newer (the index had a newer
+    version: a change got there first) and refused (the search server would not take it)."""
     fix = [i for i, d in found.items() if d.kind != "extra"]
     extras = [i for i, d in found.items() if d.kind == "extra"]
     binlog = table.version.kind == "binlog"
-    counts = {"rewritten": 0, "tombstoned": len(extras), "refused_as_newer": 0}
+    counts = {"rewritten": 0, "tombstoned": 0, "refused_as_newer": 0, "refused": 0}
 
     async def write(ops: list[Op]) -> None:
         await sink.write(ops)
-        counts["refused_as_newer"] += sum(1 for op in ops if op.outcome is Outcome.STALE)
         for op in ops:
-            if op.outcome is Outcome.FAILED:  # still differs: the re-check reports it
+            if op.outcome is Outcome.WRITTEN:
+                counts["tombstoned" if op.write.deleted else "rewritten"] += 1
+            elif op.outcome is Outcome.STALE:  # a newer change got there first
+                counts["refused_as_newer"] += 1
+            else:  # still differs: the re-check reports it
+                counts["refused"] += 1
                 log.error("repair of %s: row %s refused: %s: %s", table.name, op.write.id,
                           op.error_kind, op.error_reason)
 
@@ -342,7 +380,6 @@ async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig, pl
                 for task in done:
                     task.result()
             writing.add(asyncio.create_task(write(ops)))
-            counts["rewritten"] += len(page)
         for task in writing:
             await task
     finally:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from aiokafka.structs import TopicPartition
 
-from indexer.core import trees
+from indexer.core import compare
 from indexer.core.documents import META_FIELD, DocumentBuilder, document_id
 from indexer.core.events import DecodeError, EnvelopeDecoder
 from indexer.core.sources import Epoch, Registry, partition_key
@@ -47,7 +47,8 @@ class Found:
     version: int
     version_decoded: dict[str, Any]
     deleted: bool
-    source: dict[str, Any]
+    source: dict[str, Any]  # without indexer's own block
+    by_indexer: bool = True  # it has that block: indexer wrote it
 
 
 @dataclass
@@ -109,12 +110,6 @@ def describe_version(version: int, kind: VersionSource, epochs: list[Epoch]) -> 
             "epoch": epoch.number}
 
 
-def differing_fields(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
-    """Fields whose values differ, including those only one side has."""
-    return sorted(name for name in {*expected, *actual}
-                  if name not in expected or name not in actual or expected[name] != actual[name])
-
-
 def judge(table: TableConfig, row: dict[str, Any] | None, live: Found | None,
           events: list[Event], letters: list[Letter]) -> Verdict:
     """In sync or not, what differs, and the command that fixes it."""
@@ -124,8 +119,8 @@ def judge(table: TableConfig, row: dict[str, Any] | None, live: Found | None,
             f"the row is deleted and its tombstone (version {live.version}) keeps it deleted")
         return Verdict(True, f"in sync: {what}")
     if row is not None and live is not None and not live.deleted:
-        fields = (trees.differences(row, live.source) if table.joins
-                  else differing_fields(row, live.source))
+        fields = compare.stale_parts(row, live.source, flat=not table.joins,
+                                     by_indexer=live.by_indexer)
         if not fields:
             return Verdict(True, f"in sync: the document (version {live.version}) matches "
                                  "the row")
@@ -198,10 +193,11 @@ async def _documents(client: SearchClient, table: TableConfig, doc_id: str,
                                             "version": True}))["hits"]["hits"]
         for hit in hits:
             source = dict(hit["_source"])
+            by_indexer = compare.written_by_indexer(source)
             meta = source.pop(META_FIELD, {}) or {}
             found.append(Found(index, index in aliases.live, int(hit["_version"]),
                                describe_version(int(hit["_version"]), table.version, epochs),
-                               bool(meta.get("deleted")), source))
+                               bool(meta.get("deleted")), source, by_indexer))
     return sorted(found, key=lambda d: (not d.live, d.index))
 
 

@@ -50,7 +50,7 @@ RECHECK_BY_SUMS_ABOVE = 4 * chunk_check.DRILL_CHUNKS
 REINDEX_ABOVE_SHARE = 0.5
 REINDEX_MIN_ROWS = 50_000
 # Stale documents whose differing fields (or parts of a joined document) the report names.
-STALE_DETAILED = 200
+STALE_DETAILED = chunk_check.DETAILED_STALE
 
 
 @dataclass
@@ -141,6 +141,8 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
             report.rechecked = len(found)
             found = {i: d for i, d in again.items()
                      if (seen := found.get(i)) is not None and seen.kind == d.kind}
+        checked = await chunk_check.confirmed(client, table, plan, found)
+        found = checked.found
         if repair and found:
             fix = sum(1 for d in found.values() if d.kind != "extra")
             if fix >= REINDEX_MIN_ROWS and fix > REINDEX_ABOVE_SHARE * report.rows:
@@ -154,12 +156,18 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
                 sql_sums, es_sums = await sums()
                 still = set(chunk_check.differing(sql_sums, es_sums))
                 repaired = [c for c in repaired if c in still]
-            found = await differences(repaired)
+            checked = await chunk_check.confirmed(client, table, plan,
+                                                  await differences(repaired))
+            found = checked.found
         _fill(report, plan, found, sql_sums, es_sums)
-        if report.stale:
-            sources = await chunk_check.es_sources(client, table.alias,
-                                                   report.stale[:STALE_DETAILED])
-            report.stale_fields = await asyncio.to_thread(plan.reads.what_differs, sources)
+        report.stale_fields = {i: checked.parts[i] for i in report.stale[:STALE_DETAILED]
+                               if i in checked.parts}
+        if checked.equal:
+            report.notes.append(
+                f"{len(checked.equal):,} rows have checksums that differ from their documents' "
+                f"although the documents equal MySQL's (e.g. {', '.join(checked.equal[:5])}): "
+                "in sync; a JSON value stored with escapes or digits its parsed value does not "
+                "keep reads differently in SQL")
         await _record(client, table, report)
     report.seconds = round(time.monotonic() - started, 3)
     return report
@@ -187,7 +195,7 @@ async def _rebuild_by_reindex(config: Config, table: TableConfig, fix: int, extr
                         f"{result.index} (the previous index is kept for `indexer reindex "
                         f"--rollback` until `indexer reindex --delete-old`)")
     return {"rewritten": result.written, "tombstoned": extras,
-            "refused_as_newer": result.stale}
+            "refused_as_newer": result.stale, "refused": result.failed}
 
 
 async def _old_checksums(client: SearchClient, alias: str) -> list[str]:

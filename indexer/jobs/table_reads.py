@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from indexer.core import trees
+from indexer.core import compare, trees
 from indexer.core.documents import DocumentBuilder, Write, document_id, key_bucket
 from indexer.core.layout import Field, TableLayout
 from indexer.core.trees import Assembled, Tree
@@ -51,6 +51,12 @@ class Reads(Protocol):
     layout: TableLayout  # the table's (a tree's root)
     fields: list[Field]  # what single-table documents hold; empty for trees
 
+    @property
+    def exact_checksums(self) -> bool:
+        """Equal documents always have equal checksums (the server writes every value's text
+        as the document hashes it); False where it cannot for some values (JSON columns)."""
+        ...
+
     def snapshot(self) -> ReadSnapshot: ...
     def chunk_sums(self, width: int, first: int | None, last: int | None,
                    ) -> dict[int, ChunkSum]: ...
@@ -66,8 +72,9 @@ class Reads(Protocol):
         is made of: (path in the document, "database.table", the row's id)."""
         ...
     def what_differs(self, sources: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
-        """For stale documents (id -> the index's ``_source``): what differs from MySQL's,
-        by field (and for joined documents by part: a lookup, which children)."""
+        """For candidate stale documents (id -> the index's ``_source``) whose row MySQL has:
+        what differs from MySQL's, by field (and for joined documents by part: a lookup,
+        which children); empty: the documents are equal (:mod:`indexer.core.compare`)."""
         ...
 
 
@@ -122,6 +129,10 @@ class RowReads:
     def builder(self) -> DocumentBuilder:
         return DocumentBuilder(self.table, self.layout.flavor)
 
+    @property
+    def exact_checksums(self) -> bool:
+        return not any(column.data_type == "json" for _, column in self.fields)
+
     def snapshot(self) -> ReadSnapshot:
         return _RowSnapshot(self)
 
@@ -152,8 +163,7 @@ class RowReads:
     def what_differs(self, sources: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
         rows = snapshots.rows_now(self.config.mysql, self.layout, list(sources))
         mine = {document_id(key): _as_json(self.builder.document(row)) for key, row in rows}
-        return {i: trees.differences(mine[i], source, flat=True)
-                for i, source in sources.items() if i in mine}
+        return _stale_parts(mine, sources, flat=True)
 
     def present(self, ids: Sequence[str]) -> set[str]:
         snapshot = Snapshot(self.config.mysql, self.layout)
@@ -203,6 +213,8 @@ class TreeReads:
         root = self.tree.root
         self.layout = TableLayout(root.database, root.table, root.columns, self.tree.flavor)
         self.fields: list[Field] = []
+        # Both sides hashed here, from documents assembled the same way.
+        self.exact_checksums = True
 
     def snapshot(self) -> ReadSnapshot:
         return _TreeSnapshot(self)
@@ -293,8 +305,7 @@ class TreeReads:
     def what_differs(self, sources: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
         mine = {document_id(a.key): _as_json(a.document) for a in self._by_ids(list(sources))
                 if a.document is not None}
-        return {i: trees.differences(mine[i], source) for i, source in sources.items()
-                if i in mine}
+        return _stale_parts(mine, sources, flat=False)
 
 
 def tree_chunk_sums(config: Config, table: TableConfig, width: int, first: int | None,
@@ -302,6 +313,15 @@ def tree_chunk_sums(config: Config, table: TableConfig, width: int, first: int |
     """:meth:`TreeReads.chunk_sums` in a worker process (which reads the tree itself)."""
     return TreeReads(config, tree_sql.load_tree(config.mysql, table), table).chunk_sums(
         width, first, last)
+
+
+def _stale_parts(mine: Mapping[str, Mapping[str, Any]],
+                 sources: Mapping[str, Mapping[str, Any]], *, flat: bool) -> dict[str, list[str]]:
+    """id -> what makes the index's document stale (empty: in sync), for the ids whose row
+    MySQL still has."""
+    return {i: compare.stale_parts(mine[i], source, flat=flat,
+                                   by_indexer=compare.written_by_indexer(source))
+            for i, source in sources.items() if i in mine}
 
 
 def _as_json(document: Mapping[str, Any]) -> dict[str, Any]:

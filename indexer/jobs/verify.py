@@ -401,6 +401,9 @@ class Verifier:
         if delivered:
             await self._client.refresh(table.config.alias)
             drift = believed(found, await self._timed(name, "mysql", look_again()))
+            if drift:  # what only a checksum says differs is in sync (indexer.core.compare)
+                drift = (await self._timed(name, "mysql", chunk_check.confirmed(
+                    self._client, table.config, plan, drift))).found
         elif found:
             log.info("verification of %s: %d rows differ, but the pipeline has not delivered "
                      "what was committed before the look within %g s; they are looked at "
@@ -435,10 +438,12 @@ class Verifier:
         counts = await chunk_check.repair(self._config, self._sink, table.config, plan, drift)
         self._metrics.verify_repaired.labels(table.config.name).inc(
             counts["rewritten"] + counts["tombstoned"])
+        # Refused rows still differ: the next look finds them again.
         table.unrepaired = {i: k for i, k in table.unrepaired.items() if i not in drift}
-        log.warning("verification of %s: repaired %d rows: %d rewritten, %d tombstoned, %d "
-                    "already newer in the index", table.config.name, len(drift),
-                    counts["rewritten"], counts["tombstoned"], counts["refused_as_newer"])
+        log.warning("verification of %s: repaired %d of %d rows: %d rewritten, %d tombstoned, "
+                    "%d newer in the index, %d refused (logged above)", table.config.name,
+                    counts["rewritten"] + counts["tombstoned"], len(drift), counts["rewritten"],
+                    counts["tombstoned"], counts["refused_as_newer"], counts["refused"])
 
     async def _delivered(self, table: TableConfig, since_ms: float,
                          source_gtids: str | None) -> bool:

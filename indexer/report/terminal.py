@@ -43,8 +43,8 @@ def render(console: Console, reports: Sequence[Report]) -> None:
 
 
 def _cells(r: Report) -> list[str]:
-    repaired = "-" if r.repaired is None else str(sum(
-        v for k, v in r.repaired.items() if k != "refused_as_newer"))
+    repaired = "-" if r.repaired is None else str(
+        r.repaired.get("rewritten", 0) + r.repaired.get("tombstoned", 0))
     return [r.table, f"{r.rows:,}", f"{r.documents:,}", f"{r.chunks:,}",
             f"{r.chunks_differing:,}", str(len(r.missing)), str(len(r.extra)),
             str(len(r.stale)), repaired, f"{r.seconds:.1f}"]

@@ -83,7 +83,8 @@ async def test_drift_behind_the_pipelines_back_is_found_exactly_and_repaired(
     assert report.rechecked == 11
 
     repaired = await reconcile(config, config.tables[0], repair=True, settle_s=0)
-    assert repaired.repaired == {"rewritten": 8, "tombstoned": 3, "refused_as_newer": 0}
+    assert repaired.repaired == {"rewritten": 8, "tombstoned": 3, "refused_as_newer": 0,
+                                 "refused": 0}
     assert repaired.clean
     await wait_for_documents(es, table.alias, expected_rows(db, table.name))
     assert (await reconcile(config, config.tables[0], settle_s=0)).clean
@@ -207,7 +208,7 @@ async def test_every_type_checksums_agree_and_a_changed_float_is_found(
     assert (found.stale, found.missing, found.extra) == (["6", "7", "8"], [], [])
     repaired = await reconcile(config, config.tables[0], repair=True, settle_s=0)
     assert repaired.clean and repaired.repaired == {
-        "rewritten": 3, "tombstoned": 0, "refused_as_newer": 0}
+        "rewritten": 3, "tombstoned": 0, "refused_as_newer": 0, "refused": 0}
     docs = await documents(es, table.alias)
     assert (docs["6"]["f"], docs["7"]["d"], docs["8"]["d"]) == (
         16777218.0, 1234567890123457.0, -1.0000000000000002e-16)
@@ -235,7 +236,7 @@ async def test_column_changes_are_seen_and_a_whole_table_repair_streams(
     monkeypatch.setattr(snapshots, "SCAN_ABOVE_IDS", 1000)
     repaired = await reconcile(config, config.tables[0], repair=True, settle_s=0)
     assert repaired.clean and repaired.repaired == {
-        "rewritten": 3000, "tombstoned": 0, "refused_as_newer": 0}
+        "rewritten": 3000, "tombstoned": 0, "refused_as_newer": 0, "refused": 0}
     docs = await documents(es, table.alias)
     assert docs["7"] == {"id": 7, "title": "name 7", "price": "7.00", "note": None, "flag": 1}
     assert (await reconcile(config, config.tables[0], settle_s=0)).clean
@@ -245,7 +246,7 @@ async def test_column_changes_are_seen_and_a_whole_table_repair_streams(
     before = await live_index(es, table.alias)
     rebuilt = await reconcile(config, config.tables[0], repair=True, settle_s=0)
     assert rebuilt.clean and rebuilt.repaired == {
-        "rewritten": 3000, "tombstoned": 0, "refused_as_newer": 0}
+        "rewritten": 3000, "tombstoned": 0, "refused_as_newer": 0, "refused": 0}
     assert any("rebuilt by a reindex" in note for note in rebuilt.notes)
     assert await live_index(es, table.alias) != before
     assert (await documents(es, table.alias))["7"]["colour"] == "red"
@@ -267,4 +268,4 @@ async def test_a_repair_straight_after_a_reindex_still_rewrites(
     assert (found.stale, found.extra) == (["7"], ["8"])
     repaired = await reconcile(config, config.tables[0], repair=True, settle_s=0)
     assert repaired.clean and repaired.repaired == {"rewritten": 1, "tombstoned": 1,
-                                                    "refused_as_newer": 0}
+                                                    "refused_as_newer": 0, "refused": 0}

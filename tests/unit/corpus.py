@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from indexer.core import trees, values
+from indexer.core import compare, trees, values
 from indexer.core.bulk import action_line
 from indexer.core.checksums import content_hash, double_text, hash_text
 from indexer.core.documents import DocumentBuilder, document_id, pack_binlog_version
@@ -140,7 +140,7 @@ def joined() -> list[Any]:
         [trees.document_hash(a.document) for a in documents if a.document is not None],
         [sorted(trees.touch(tree, name, {"id": 1, "p_id": 7, "c_id": 1},
                             {"id": 2, "p_id": 8, "c_id": 1}).refs) for name in ("s.c", "s.v")],
-        trees.differences({"a": [{"b": 1}], "c": {"d": 2}}, {"a": [{"b": 2}], "c": {"d": 3}}),
+        compare.differences({"a": [{"b": 1}], "c": {"d": 2}}, {"a": [{"b": 2}], "c": {"d": 3}}),
         [trees.root_values_of_id(tree, i) for i in ("7", "-3")],
     ]
 

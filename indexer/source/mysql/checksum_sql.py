@@ -16,12 +16,18 @@ from indexer.source.mysql.snapshots import ids_where, key_range_where
 from indexer.source.mysql.value_sql import id_sql, text_sql
 
 
-def hash_sql(fields: Sequence[Field], flavor: Flavor = "mariadb") -> str:
+def hash_sql(fields: Sequence[Field], flavor: Flavor = "mariadb",
+             normalize_json: bool = True) -> str:
     """The SQL twin of checksums.content_hash: CRC32 of ``#name=text`` for each column, in
     the order of the field names; a NULL makes its part NULL, which CONCAT_WS leaves out."""
-    parts = ", ".join(f"CONCAT({_literal(f'#{name}=')}, {text_sql(column, flavor)})"
+    parts = ", ".join(f"CONCAT({_literal(f'#{name}=')}, "
+                      f"{text_sql(column, flavor, normalize_json)})"
                       for name, column in sorted(fields, key=lambda f: f[0])) or "''"
     return f"CRC32(CONCAT_WS('', {parts}))"
+
+
+def _row_hash(layout: TableLayout, fields: Sequence[Field]) -> str:
+    return hash_sql(fields, layout.flavor, layout.normalizes_json)
 
 
 def _literal(text: str) -> str:
@@ -47,7 +53,7 @@ def chunk_sums(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Fi
     if layout.integer_key:
         where, args = key_range_where(layout, None if first is None else first * width,
                                       None if last is None else (last + 1) * width - 1)
-    row_hash = hash_sql(fields, layout.flavor)
+    row_hash = _row_hash(layout, fields)
     found = fetch_all(settings, layout.database,
                        f"SELECT {chunk} AS chunk, COUNT(*), SUM({row_hash}) "
                        f"FROM {qualified(layout)} {where} GROUP BY chunk", args)
@@ -75,7 +81,7 @@ def chunk_rows(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Fi
         where = f"{_chunk_sql(layout, width)} IN ({', '.join(['%s'] * len(chunks))})"
         args = list(chunks)
     found = fetch_all(settings, layout.database,
-                       f"SELECT {id_sql(layout)}, {hash_sql(fields, layout.flavor)} "
+                       f"SELECT {id_sql(layout)}, {_row_hash(layout, fields)} "
                        f"FROM {qualified(layout)} "
                        f"WHERE {where}", args)
     return {str(i): int(h) for i, h in found}
@@ -88,7 +94,7 @@ def hashes_for_ids(settings: MySQLSettings, layout: TableLayout, fields: Sequenc
         return {}
     where, args = ids_where(layout, ids)
     found = fetch_all(settings, layout.database,
-                       f"SELECT {id_sql(layout)}, {hash_sql(fields, layout.flavor)} "
+                       f"SELECT {id_sql(layout)}, {_row_hash(layout, fields)} "
                        f"FROM {qualified(layout)} {where}", args)
     return {str(i): int(h) for i, h in found}
 
@@ -108,7 +114,7 @@ def changed_since(settings: MySQLSettings, layout: TableLayout, fields: Sequence
         if since is None:
             return {}, None
     found = fetch_all(settings, layout.database,
-                       f"SELECT {id_sql(layout)}, {hash_sql(fields, layout.flavor)}, "
+                       f"SELECT {id_sql(layout)}, {_row_hash(layout, fields)}, "
                        f"CAST({c} AS CHAR) FROM {qualified(layout)} WHERE {c} >= %s "
                        f"ORDER BY {c} LIMIT {int(limit)}", (since,))
     return {str(i): int(h) for i, h, _ in found}, (str(found[-1][2]) if found else since)

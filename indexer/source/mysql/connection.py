@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import ssl
 import threading
 from collections.abc import Iterator, Sequence
@@ -96,10 +97,17 @@ def fetch_all(settings: MySQLSettings, database: str, query: str,
 
 def server_flavor(conn: pymysql.connections.Connection[Any]) -> Flavor:
     """MariaDB or MySQL, from the version string (MariaDB's says so)."""
+    return server_version(conn)[0]
+
+
+def server_version(conn: pymysql.connections.Connection[Any]) -> tuple[Flavor, tuple[int, ...]]:
+    """MariaDB or MySQL, and its version's numbers ("10.11.19-MariaDB-0+deb12u1" -> 10, 11, 19)."""
     with conn.cursor() as cur:
         cur.execute("SELECT VERSION()")
         ((version,),) = cur.fetchall()
-    return "mariadb" if "mariadb" in str(version).lower() else "mysql"
+    text = str(version)
+    numbers = tuple(int(n) for n in re.findall(r"\d+", text.split("-")[0])[:3])
+    return ("mariadb" if "mariadb" in text.lower() else "mysql"), numbers
 
 
 def gtid_position(settings: MySQLSettings, database: str) -> str | None:

@@ -10,12 +10,13 @@ import pymysql
 from indexer.core.geometry import SPATIAL_TYPES
 from indexer.core.layout import Column, Flavor, TableLayout
 from indexer.settings import ConfigError, MySQLSettings
-from indexer.source.mysql.connection import connect, fetch_all, server_flavor
+from indexer.source.mysql.connection import connect, fetch_all, server_version
 
 
 def table_layout(conn: pymysql.connections.Connection[Any], database: str, table: str,
                  server: Literal["auto", "mariadb", "mysql"] = "auto") -> TableLayout:
-    flavor: Flavor = server_flavor(conn) if server == "auto" else server
+    found, version = server_version(conn)
+    flavor: Flavor = found if server == "auto" else server
     with conn.cursor() as cur:
         cur.execute(
             "SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, "
@@ -37,7 +38,7 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str, table
     layout = TableLayout(database, table, tuple(
         Column(str(r[0]), "json" if r[0] in json_columns else str(r[1]).lower(),
                str(r[2]).lower(), int(r[3]), int(r[4]), srids.get(str(r[0]), 0))
-        for r in rows), flavor)
+        for r in rows), flavor, normalizes_json=found == "mariadb" and version >= (10, 7))
     if not layout.key:
         raise LookupError(f"table {database}.{table} has no primary key; documents need one")
     return layout

@@ -24,6 +24,9 @@ INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint", "year")
 FLOATS = ("float", "double", "real")
 
 
+TEXTS = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set")
+
+
 BINARIES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
 
 
@@ -51,8 +54,10 @@ def value_sql(column: Column) -> str:
         return f"REPLACE(TO_BASE64({c}), '\\n', '')"
     if t == "bit":
         return f"CAST({c} AS UNSIGNED)"
-    if t in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"):
-        return c
+    if t in TEXTS:
+        # Each column in its own character set: JSON_ARRAY and CONCAT refuse to mix sets
+        # (a utf16 column beside utf8mb4 ones), and checksums must hash UTF-8's bytes.
+        return f"CONVERT({c} USING utf8mb4)"
     if t == "float":  # its own text keeps 6 digits; the double it widens to is exact
         return f"CAST({c} + 0e0 AS CHAR)"
     if t in SPATIAL_TYPES:  # the stored bytes, as the binlog has them (MariaDB refuses CAST)
@@ -77,24 +82,36 @@ def finisher(column: Column) -> Converter | None:
     return None
 
 
-def text_sql(column: Column, flavor: Flavor = "mariadb") -> str:
+def text_sql(column: Column, flavor: Flavor = "mariadb", normalize_json: bool = True) -> str:
     """SQL giving the column as the text :func:`indexer.core.checksums.hash_text` gives its
-    canonical value (NULL for NULL). JSON and SET texts are compact on MariaDB (its
-    JSON_COMPACT) and spaced on MySQL 8, which renders JSON that way and cannot compact it."""
+    canonical value (NULL for NULL). JSON objects and arrays, and SET members, are JSON text
+    as MariaDB's JSON_NORMALIZE writes it (``normalize_json``; MariaDB before 10.7 lacks it
+    and compacts, which keeps numbers as written) and spaced on MySQL 8, which renders JSON
+    that way and has neither function."""
     c, t = quote(column.name), column.data_type
     if t in FLOATS:
         # As a double, written the way checksums.double_text writes it (a FLOAT too: its
         # own text has only 6 digits; DOUBLE(M,D) would keep D decimals).
         return f"CAST({c} + 0e0 AS CHAR)"
-    if t in ("date", "datetime", "timestamp", "bit") or t in BINARIES or t in SPATIAL_TYPES:
-        return value_sql(column)
+    if t in ("date", "datetime", "timestamp", "bit") or t in BINARIES or t in SPATIAL_TYPES \
+            or t in INTEGERS or (t in TEXTS and t != "set"):
+        return value_sql(column)  # integers as numbers: ZEROFILL and YEAR's text pad them
     if t == "json":
-        return f"JSON_COMPACT({c})" if flavor == "mariadb" else f"CAST({c} AS CHAR)"
+        if flavor != "mariadb":
+            return f"CAST({c} AS CHAR)"
+        # A scalar is hashed as the value the document holds: a string unquoted (its
+        # escapes decoded), a number as a number, true as 1.
+        whole = f"JSON_NORMALIZE({c})" if normalize_json else f"JSON_COMPACT({c})"
+        return (f"CASE JSON_TYPE({c}) WHEN 'OBJECT' THEN {whole} WHEN 'ARRAY' THEN {whole} "
+                f"WHEN 'STRING' THEN JSON_UNQUOTE({c}) WHEN 'INTEGER' THEN TRIM({c}) "
+                f"WHEN 'DOUBLE' THEN CAST(CAST(TRIM({c}) AS DOUBLE) AS CHAR) "
+                f"WHEN 'BOOLEAN' THEN IF(TRIM({c}) = 'true', '1', '0') END")
     if t == "set":
+        c = value_sql(column)
+        # Members as JSON strings: '"' and '\\' escaped as orjson escapes them.
+        c = f"REPLACE(REPLACE({c}, '\\\\', '\\\\\\\\'), '\"', '\\\\\"')"
         separator = "\",\"" if flavor == "mariadb" else "\", \""
         return f"IF({c} = '', '[]', CONCAT('[\"', REPLACE({c}, ',', '{separator}'), '\"]'))"
-    if t in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"):
-        return c
     return f"CAST({c} AS CHAR)"
 
 

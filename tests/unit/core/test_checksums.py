@@ -2,13 +2,33 @@ import zlib
 
 import pytest
 
-from indexer.core.checksums import content_hash, double_text, hash_text
+from indexer.core.checksums import content_hash, double_text, hash_text, normal_json
 
 
 def test_hash_texts_match_what_the_sql_side_writes() -> None:
     assert [hash_text(v) for v in (True, False, 7, -1, "7.90", 1.5, ["a", "c"], [],
                                    {"a": [1, 2.5]})] == [
-        "1", "0", "7", "-1", "7.90", "1.5", '["a","c"]', "[]", '{"a":[1,2.5]}']
+        "1", "0", "7", "-1", "7.90", "1.5", '["a","c"]', "[]", '{"a":[1.0E0,2.5E0]}']
+
+
+# What MariaDB 10.11's JSON_NORMALIZE wrote for the same values (given as the texts in the
+# comments): numbers by their digits whatever their text, keys by their bytes, no spaces.
+@pytest.mark.parametrize(("value", "text"), [
+    (0, "0.0E0"), (-0.0, "0.0E0"), (1, "1.0E0"), (-1, "-1.0E0"), (10, "1.0E1"), (100, "1.0E2"),
+    (123, "1.23E2"), (1.5, "1.5E0"), (-1.5e-10, "-1.5E-10"), (1e300, "1.0E300"),
+    (1.7976931348623157e308, "1.7976931348623157E308"), (5e-324, "5.0E-324"), (0.1, "1.0E-1"),
+    (0.000001, "1.0E-6"), (1.0e5, "1.0E5"), (2e-3, "2.0E-3"), (12.34, "1.234E1"),  # "12.3400"
+    (-0.5, "-5.0E-1"), (1234567.0, "1.234567E6"), (10**22, "1.0E22"),
+    (12345678901234567890, "1.234567890123456789E19"),
+    (True, "true"), (None, "null"), ("x\"y", '"x\\"y"'), ([], "[]"), ({}, "{}"),
+    ({"b": {"z": 1, "a": [{"y": 2, "x": 1}]}, "a": 1, "": None, "é": 1, "e": 2, "ab": 3,
+      "A": 5, "a b": 1, "a!": 3, "Ω": 6, "😀": 8, "ﬀ": 9},
+     '{"":null,"A":5.0E0,"a":1.0E0,"a b":1.0E0,"a!":3.0E0,"ab":3.0E0,'
+     '"b":{"a":[{"x":1.0E0,"y":2.0E0}],"z":1.0E0},"e":2.0E0,"é":1.0E0,"Ω":6.0E0,"ﬀ":9.0E0,'
+     '"😀":8.0E0}'),
+])
+def test_json_is_hashed_as_json_normalize_writes_it(value: object, text: str) -> None:
+    assert normal_json(value) == text
 
 
 def test_checksum_covers_names_sorted_and_skips_nulls() -> None:

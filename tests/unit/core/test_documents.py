@@ -119,7 +119,7 @@ def test_chunk_fields_for_integer_and_other_keys() -> None:
 
 def test_json_values_hash_as_their_server_renders_them() -> None:
     row = {"id": 7, "doc": {"a": [1, "x"], "b": None}, "tags": ["a", "c"]}
-    mariadb = '#doc={"a":[1,"x"],"b":null}#id=7#tags=["a","c"]'
+    mariadb = '#doc={"a":[1.0E0,"x"],"b":null}#id=7#tags=["a","c"]'  # JSON_NORMALIZE
     mysql = '#doc={"a": [1, "x"], "b": null}#id=7#tags=["a", "c"]'
     assert content_hash(row) == zlib.crc32(mariadb.encode())
     assert content_hash(row, spaced=True) == zlib.crc32(mysql.encode())

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from indexer.config import build_config
-from indexer.core import trees
+from indexer.core import compare, trees
 from indexer.core.documents import document_id
 from indexer.core.layout import Column, Index, TableLayout
 from indexer.core.trees import Matches
@@ -188,7 +188,7 @@ def test_what_differs_in_a_stale_document() -> None:
     index = {"id": 7, "name": "Sencha", "category": {"name": "Tea", "slug": "t"},
              "variants": [{"id": 70, "grams": 100}, {"id": 71, "grams": 200}],
              "tags": ["green", "organic"], "_indexer": {"hash": 1}}
-    assert trees.differences(mysql, index) == ["category.slug", "tags", "variants[1].grams"]
+    assert compare.differences(mysql, index) == ["category.slug", "tags", "variants[1].grams"]
     fewer = {**index, "category": mysql["category"], "tags": ["green"],
              "variants": [{"id": 70, "grams": 100}]}
-    assert trees.differences(mysql, fewer) == ["variants: 2 in MySQL, 1 in the index"]
+    assert compare.differences(mysql, fewer) == ["variants: 2 in MySQL, 1 in the index"]

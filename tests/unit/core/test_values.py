@@ -30,6 +30,11 @@ def test_dates() -> None:
     assert values.date_from_days(-719162) == "0001-01-01"
 
 
+def test_year_0000_is_0_though_debezium_sends_1900() -> None:
+    # YEAR holds 1901-2155 and 0000: a 1900 can only be Debezium's 0000.
+    assert [values.year(y) for y in (1900, 1901, 2155, 0)] == [0, 1901, 2155, 0]
+
+
 @pytest.mark.parametrize(
     ("micros", "fsp", "text"),
     [(1704164645123456, 6, "2024-01-02T03:04:05.123456"),

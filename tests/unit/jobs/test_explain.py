@@ -1,8 +1,9 @@
 from typing import Any
 
+from indexer.core.compare import NOT_INDEXERS, differences
 from indexer.core.documents import pack_binlog_version
 from indexer.core.sources import Epoch
-from indexer.jobs.explain import Event, Found, Letter, describe_version, differing_fields, judge
+from indexer.jobs.explain import Event, Found, Letter, describe_version, judge
 from indexer.settings import TableConfig, VersionSource
 
 TABLE = TableConfig("shop", "items", "mysql.shop.items", "items", "items.json",
@@ -41,7 +42,15 @@ def test_stale_names_the_fields_and_the_repair() -> None:
     verdict = judge(TABLE, ROW, found({**ROW, "price": "2.00", "old": 1}), [event(True)], [])
     assert not verdict.in_sync and verdict.differing_fields == ["old", "price"]
     assert verdict.fix == "indexer reconcile --repair items"
-    assert differing_fields({"a": 1}, {"a": 1.0, "b": None}) == ["b"]
+    # One notion of equal with reconcile's: NULL and absent are the same, so is 1 and 1.0.
+    assert differences({"a": 1}, {"a": 1.0, "b": None}, flat=True) == []
+    assert differences({"a": 1, "b": 2}, {"a": 1.0}, flat=True) == ["b"]
+
+
+def test_a_document_indexer_did_not_write_is_stale_whatever_it_holds() -> None:
+    written_behind = Found("items-v1", True, 7, {}, False, dict(ROW), by_indexer=False)
+    verdict = judge(TABLE, ROW, written_behind, [], [])
+    assert not verdict.in_sync and verdict.differing_fields == [NOT_INDEXERS]
 
 
 def test_missing_and_extra() -> None:

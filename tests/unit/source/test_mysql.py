@@ -54,7 +54,10 @@ def test_zero_dates_are_null_and_nulls_stay_null() -> None:
 def test_json_and_set_texts_follow_the_servers_rendering() -> None:
     doc = Column("doc", "json", "longtext", 0, 0)
     tags = Column("tags", "set", "set('a','b')", 0, 0)
-    assert value_sql.text_sql(doc) == "JSON_COMPACT(`doc`)"
+    # MariaDB: objects and arrays normalized (JSON_COMPACT before 10.7), scalars as values
+    assert "THEN JSON_NORMALIZE(`doc`)" in value_sql.text_sql(doc)
+    assert "THEN JSON_COMPACT(`doc`)" in value_sql.text_sql(doc, normalize_json=False)
+    assert "WHEN 'STRING' THEN JSON_UNQUOTE(`doc`)" in value_sql.text_sql(doc)
     assert value_sql.text_sql(doc, "mysql") == "CAST(`doc` AS CHAR)"  # MySQL 8 cannot compact
     assert "'\",\"'" in value_sql.text_sql(tags) and "'\", \"'" in value_sql.text_sql(tags, "mysql")
 
@@ -65,4 +68,20 @@ def test_the_row_checksum_sql_names_each_field_in_name_order() -> None:
     sql = checksum_sql.hash_sql([("title", name), ("it's 50%", ratio)])
     # Queries are always formatted with arguments: '%' is written '%%'.
     assert sql == ("CRC32(CONCAT_WS('', CONCAT('#it\\'s 50%%=', CAST(`ratio` + 0e0 AS CHAR)), "
-                   "CONCAT('#title=', `name`)))")
+                   "CONCAT('#title=', CONVERT(`name` USING utf8mb4))))")
+
+
+def test_texts_hash_as_the_document_holds_the_values() -> None:
+    padded = Column("n", "int", "int(6) unsigned zerofill", 0, 0)
+    year = Column("y", "year", "year(4)", 0, 0)
+    latin = Column("l", "varchar", "varchar(10)", 0, 0)
+    members = Column("s", "set", "set('a\"b','c')", 0, 0)
+    # ZEROFILL and YEAR print padded ("000042", "0000"): numbers, as the document has them
+    assert value_sql.text_sql(padded) == "CAST(`n` AS UNSIGNED)"
+    assert value_sql.text_sql(year) == "CAST(`y` AS SIGNED)"
+    # any character set read as UTF-8: columns of several sets can be concatenated
+    assert value_sql.text_sql(latin) == value_sql.value_sql(latin) == \
+        "CONVERT(`l` USING utf8mb4)"
+    # SET members as JSON strings: '"' and '\' escaped as orjson escapes them
+    assert "REPLACE(REPLACE(CONVERT(`s` USING utf8mb4), '\\\\', '\\\\\\\\'), '\"', '\\\\\"')" \
+        in value_sql.text_sql(members)
