@@ -19,6 +19,7 @@ from rich.markup import escape
 from indexer import logs
 from indexer.config import load_config
 from indexer.core.mappings import MappingError
+from indexer.core.ownership import OwnershipError
 from indexer.core.sources import Registry
 from indexer.jobs.reindex import ReindexError
 from indexer.security import Redactor
@@ -350,6 +351,7 @@ def mappings_apply(
     log_level: LogLevel = None,
 ) -> None:
     """Create each table's versioned index and aliases from its mapping file, if missing."""
+    from indexer.jobs.ownership import claim
     from indexer.search.admin import ensure_table_index
     from indexer.search.client import SearchClient
 
@@ -359,8 +361,39 @@ def mappings_apply(
     async def main() -> None:
         async with SearchClient(cfg.elasticsearch) as client:
             for t in tables:
+                await claim(cfg, client, t)
                 state = await ensure_table_index(client, cfg, t)
                 err.print(f"{t.name}: alias {t.alias} -> {', '.join(state.live)}")
+
+    _run(cfg, main())
+
+
+@mappings_app.command("adopt")
+def mappings_adopt(
+    tables: TablesArg = None,
+    all_tables: AllTables = False,
+    force: Annotated[bool, typer.Option("--force", help="also take over indices recorded for "
+                                        "another table or source (a renamed table)")] = False,
+    config: ConfigOption = None,
+    log_level: LogLevel = None,
+) -> None:
+    """Record each table as the owner of the indices behind its alias (those made before
+    indexer recorded owners, or with --force another's)."""
+    from indexer.jobs.ownership import adopt
+    from indexer.search.client import SearchClient
+
+    cfg = _config(config, log_level)
+    selected = _select(cfg, tables, all_tables)
+
+    async def main() -> None:
+        async with SearchClient(cfg.elasticsearch) as client:
+            for t in selected:
+                changed = await adopt(cfg, client, t, force=force)
+                for index, before in changed:
+                    was = "no owner recorded" if before is None else f"was {before.describe()}"
+                    err.print(f"{t.name}: {index} recorded as {t.name}'s ({was})")
+                if not changed:
+                    err.print(f"{t.name}: every index behind {t.alias} is already its own")
 
     _run(cfg, main())
 
@@ -396,6 +429,7 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = None) ->
     """Delete tombstones older than deletes.tombstone_retention_s."""
     import time
 
+    from indexer.jobs.ownership import claim
     from indexer.search.admin import purge_tombstones
     from indexer.search.client import SearchClient
 
@@ -405,6 +439,7 @@ def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = None) ->
     async def main() -> None:
         async with SearchClient(cfg.elasticsearch) as client:
             for t in cfg.tables:
+                await claim(cfg, client, t)
                 purged = await purge_tombstones(client, t.alias, cutoff_ms)
                 err.print(f"{t.name}: purged {purged} tombstones")
 
@@ -541,7 +576,8 @@ def _run(cfg: Config, coro: Coroutine[object, object, T],
         err.print("[red]stopped[/red] (SIGTERM)")
         raise typer.Exit(EXIT_ERROR) from None
     except Exception as exc:  # exit 1 means drift/unhealthy: errors must not look like it
-        known = isinstance(exc, ConfigError | MappingError | ReindexError | LookupError)
+        known = isinstance(exc, ConfigError | MappingError | ReindexError | LookupError |
+                           OwnershipError)
         line = redact(str(exc) if known else f"{type(exc).__name__}: {exc}")
         failed(line)
         err.print(f"[red]error:[/red] {escape(line)}")

@@ -25,6 +25,7 @@ import orjson
 from indexer.join_config import parse_joins
 from indexer.security import Secret, redact_url
 from indexer.settings import (
+    CANARY_ALIAS_PREFIX,
     DEFAULT_CANARY_TABLE,
     LOG_LEVELS,
     BatchSettings,
@@ -199,7 +200,7 @@ def _check_canary(canary: CanarySettings) -> CanarySettings:
     if canary.max_age_s < 2 * canary.interval_s:
         raise ConfigError("canary.max_age_s must be at least twice canary.interval_s (one "
                           "late beat is not a loss)")
-    if not INDEX_NAME.match(canary.alias):
+    if canary.alias is not None and not INDEX_NAME.match(canary.alias):
         raise ConfigError(f"canary.alias: {canary.alias!r} is not a valid index name "
                           "(lowercase letters, digits, '_', '-', '.')")
     return canary
@@ -219,8 +220,15 @@ def _canary_table(canary: CanarySettings, tables: tuple[TableConfig, ...],
     # then share no binlog cursors, and a fail-over changes nothing for it.
     return TableConfig(database=database, table=table,
                        topic=canary.topic or f"{connector.topic_prefix}.{name}",
-                       alias=canary.alias, mapping="", version=VersionSource("column", "seq"),
+                       alias=canary.alias or canary_alias(connector.topic_prefix, database),
+                       mapping="", version=VersionSource("column", "seq"),
                        changed_column="", canary=True)
+
+
+def canary_alias(source: str, database: str) -> str:
+    """The canary's default alias, one per source and database, as an index name."""
+    name = f"{CANARY_ALIAS_PREFIX}-{source}-{database}".lower()
+    return re.sub(r"[^a-z0-9_.\-]+", "_", name)
 
 
 def _check_verify(verify: VerifySettings) -> VerifySettings:

@@ -52,7 +52,9 @@ DEFAULT_MAX_BACKOFF_S = 30.0
 DEFAULT_SHUTDOWN_GRACE_S = 20.0
 # The canary: a row `indexer run` changes in MySQL and reads back through the whole pipeline.
 DEFAULT_CANARY_TABLE = "indexer_canary"
-DEFAULT_CANARY_ALIAS = "indexer-canary"
+# Its index is one per source and database (indexer-canary-<topic_prefix>-<database>): two
+# deployments sharing a search server never share it, while groups of one deployment do.
+CANARY_ALIAS_PREFIX = "indexer-canary"
 # A beat every 5 s costs 17,280 one-row updates a day and lets a bound of 30 s hold six beats,
 # so one slow beat is not an alarm, while a loss is reported well within a minute.
 DEFAULT_CANARY_INTERVAL_S = 5.0
@@ -220,7 +222,7 @@ class CanarySettings:
     # "<database>.<table>", created if absent; default: the first table's database.
     table: str | None = None
     topic: str | None = None  # default <topic_prefix>.<database>.<table>
-    alias: str = DEFAULT_CANARY_ALIAS
+    alias: str | None = None  # default: indexer-canary-<topic_prefix>-<database>
     interval_s: float = DEFAULT_CANARY_INTERVAL_S
     # No canary indexed for this long while a newer one was written: unhealthy.
     max_age_s: float = DEFAULT_CANARY_MAX_AGE_S

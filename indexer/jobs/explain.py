@@ -19,9 +19,11 @@ from aiokafka.structs import TopicPartition
 from indexer.core import compare
 from indexer.core.documents import META_FIELD, DocumentBuilder, document_id
 from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.core.ownership import OwnershipError, owner_of
 from indexer.core.sources import Epoch, Registry, partition_key
 from indexer.core.versions import unpack_binlog_version
 from indexer.jobs.dlq import DeadLetter
+from indexer.jobs.ownership import look
 from indexer.jobs.table_reads import reads_for
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
@@ -165,6 +167,9 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
     row = _json(document) if document is not None else None
     registry = Registry()
     async with SearchClient(config.elasticsearch) as client:
+        # Another table's documents under the alias would be judged against this one's rows.
+        if problems := (await look(client, table)).problems(owner_of(config, table)):
+            raise OwnershipError(problems[0])
         if table.version.kind == "binlog":
             registry = await StateStore(client).load(table.alias)
         documents = await _documents(client, table, doc_id, registry.epochs)

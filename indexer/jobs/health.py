@@ -13,6 +13,8 @@ from aiokafka.errors import KafkaError
 from indexer.core import canary, trees
 from indexer.core.canary import Beat, Sighting
 from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.core.ownership import owner_of
+from indexer.jobs.ownership import look
 from indexer.jobs.schema_changes import missing_table
 from indexer.jobs.verify import record_problems
 from indexer.search.admin import alias_state
@@ -54,6 +56,9 @@ async def check_health(config: Config) -> list[str]:
             if health.get("status") == "red":
                 problems.append(f"search server ({client.server}): cluster status red")
             store = StateStore(client)
+            canary = (config.canary_table,) if config.canary_table else ()
+            for table in (*config.tables, *canary):  # another table's index behind an alias
+                problems += (await look(client, table)).problems(owner_of(config, table))
             for table in config.tables:
                 state = await alias_state(client, table.alias)
                 if not state.live:

@@ -23,6 +23,7 @@ from indexer.core.documents import DocumentBuilder
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
 from indexer.core.trees import Touch
 from indexer.jobs.follower import Follower
+from indexer.jobs.ownership import claim
 from indexer.jobs.rebuilds import Rebuilds, Request
 from indexer.jobs.schema_changes import SchemaWatch
 from indexer.jobs.verify import Verifier
@@ -135,6 +136,8 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
             contextlib.AsyncExitStack() as checks,
         ):
             indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
+            for table_config in indexed:  # another table's index refuses the start, untouched
+                await claim(cfg, sink.client, table_config)
             for table_config in indexed:  # tables read only for others' documents: no index
                 await ensure_table_index(sink.client, cfg, table_config)
                 if table_config.version.kind == "binlog":

@@ -27,6 +27,7 @@ from typing import Any
 from indexer.core.checksums import CHECKSUM_FORMAT
 from indexer.jobs import chunk_check
 from indexer.jobs.chunk_check import Differences, Plan, sums_of
+from indexer.jobs.ownership import claim
 from indexer.jobs.reindex import reindex
 from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
@@ -109,6 +110,7 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
     async with ElasticsearchSink(config.elasticsearch, Metrics(),
                                  max_backoff_s=config.batch.max_backoff_s) as sink:
         client = sink.client
+        await claim(config, client, table)  # another table's documents are not compared
         await client.refresh(table.alias)
         report.notes += await _old_checksums(client, table.alias)
 

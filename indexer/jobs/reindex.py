@@ -27,10 +27,18 @@ import orjson
 from indexer.core.documents import META_FIELD, Write
 from indexer.core.layout import TableLayout
 from indexer.core.mappings import alias_of_index, swap_actions, sync_alias
+from indexer.core.ownership import owner_of
+from indexer.jobs.ownership import claim
 from indexer.jobs.table_reads import Reads, reads_for
 from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
-from indexer.search.admin import alias_state, create_index, definition_for, missed_writes
+from indexer.search.admin import (
+    alias_state,
+    create_index,
+    definition_for,
+    index_owners,
+    missed_writes,
+)
 from indexer.search.client import SearchClient
 from indexer.search.sink import ElasticsearchSink, Op, Outcome
 from indexer.search.state import StateStore
@@ -73,8 +81,10 @@ async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
     async with ElasticsearchSink(config.elasticsearch, metrics,
                                  max_backoff_s=config.batch.max_backoff_s) as sink:
         client = sink.client
+        await claim(config, client, table)  # another table's alias is not swapped
         before = await alias_state(client, table.alias)
-        index = await create_index(client, definition, live=False, bulk_load=True)
+        index = await create_index(client, definition, owner_of(config, table), live=False,
+                                   bulk_load=True)
         result = ReindexResult(table.name, index)
         try:
             estimate = await asyncio.to_thread(schema.row_count_estimate, config.mysql, layout)
@@ -237,6 +247,7 @@ async def rollback(config: Config, table: TableConfig, *,
     """Points the read alias back at the newest older index (kept current by the daemon),
     unless it refused writes since the swap (``force`` rolls back all the same)."""
     async with ElasticsearchSink(config.elasticsearch, Metrics(), max_backoff_s=1) as sink:
+        await claim(config, sink.client, table)
         state = await alias_state(sink.client, table.alias)
         if len(state.live) != 1:
             raise ReindexError(f"alias {table.alias} points at {state.live}; expected one index")
@@ -259,12 +270,17 @@ async def delete_old(config: Config, table: TableConfig) -> list[str]:
     """Deletes every index of the table except the live one."""
     async with ElasticsearchSink(config.elasticsearch, Metrics(), max_backoff_s=1) as sink:
         client = sink.client
+        await claim(config, client, table)
         state = await alias_state(client, table.alias)
         if not state.live:
             raise ReindexError(f"alias {table.alias} points at no index; nothing is deleted")
         found = await client.indices(f"{table.alias}-v*")
         doomed = sorted(i for i in found if alias_of_index(i) == table.alias
                         and i not in state.live)
+        # Only this table's: an index named like the alias but recorded for another is kept.
+        owners = await index_owners(client, doomed)
+        mine = owner_of(config, table)
+        doomed = [i for i in doomed if (owner := owners.get(i)) is None or owner.same(mine)]
         for index in doomed:
             await client.delete_index(index)
         return doomed

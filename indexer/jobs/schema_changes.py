@@ -28,6 +28,7 @@ from indexer.core.events import (
 )
 from indexer.core.layout import Column, TableLayout
 from indexer.core.mappings import sync_alias
+from indexer.core.ownership import conflict, owner_in, owner_of
 from indexer.metrics import Metrics
 from indexer.search import admin
 from indexer.search.client import SearchClient, SearchError
@@ -120,6 +121,13 @@ class SchemaWatch:
 
     async def _put_fields(self, table: TableConfig, wanted: dict[str, Column]) -> list[str]:
         mappings = await self._client.request("GET", f"/{sync_alias(table.alias)}/_mapping")
+        mine = owner_of(self._config, table)
+        for index, body in list(mappings.items()):
+            found = owner_in(body.get("mappings", {}).get("_meta"))
+            if found is not None and not found.same(mine):  # added to the alias since the start
+                log.error("table %s: not mapping new fields into %s: %s", table.name, index,
+                          conflict(table.alias, index, found, mine))
+                del mappings[index]
         unmapped = {index: [f for f in wanted if f not in _properties(body)]
                     for index, body in mappings.items()}
         if not any(unmapped.values()):

@@ -35,6 +35,7 @@ import pymysql
 from indexer.core.sources import gtid_set_reached
 from indexer.jobs import chunk_check
 from indexer.jobs.chunk_check import Differences, Plan
+from indexer.jobs.ownership import claim
 from indexer.metrics import Metrics
 from indexer.search.client import SearchClient, quote
 from indexer.search.sink import ElasticsearchSink
@@ -228,6 +229,7 @@ class Verifier:
         """One whole pass over the table, spread over the period; a pass cut short (a restart,
         partitions moved) is taken up where it stopped by whichever daemon verifies next."""
         cfg, settings = self._config, self._settings
+        await claim(cfg, self._client, table.config)  # the alias may have moved since the start
         await self._load(table)
         name = table.config.name
         now_s = time.time()
@@ -435,6 +437,7 @@ class Verifier:
 
     async def _repair(self, table: _Table, plan: Plan, drift: Differences) -> None:
         assert self._sink is not None
+        await claim(self._config, self._client, table.config)
         counts = await chunk_check.repair(self._config, self._sink, table.config, plan, drift)
         self._metrics.verify_repaired.labels(table.config.name).inc(
             counts["rewritten"] + counts["tombstoned"])

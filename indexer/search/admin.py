@@ -18,6 +18,7 @@ from indexer.core.checksums import CHECKSUM_FORMAT, CHECKSUM_META
 from indexer.core.documents import META_FIELD
 from indexer.core.field_types import SERVERS, Capabilities
 from indexer.core.mappings import (
+    READ_FILTER,
     IndexDefinition,
     MappingError,
     alias_actions_for_new,
@@ -25,6 +26,7 @@ from indexer.core.mappings import (
     sync_alias,
     validate_definition,
 )
+from indexer.core.ownership import OWNER_META, Owner, OwnershipError, owner_in, owner_of
 from indexer.search.client import SearchClient, SearchError
 from indexer.search.servers import adapt_mappings
 from indexer.settings import Config, TableConfig
@@ -78,12 +80,15 @@ async def alias_states(client: SearchClient, aliases: Iterable[str]) -> dict[str
     return {a: AliasState(a, sorted(live[a]), sorted(synced[sync_alias(a)])) for a in live}
 
 
-async def create_index(client: SearchClient, definition: IndexDefinition, *,
+async def create_index(client: SearchClient, definition: IndexDefinition, owner: Owner, *,
                        live: bool, bulk_load: bool = False) -> str:
-    """Creates ``<alias>-v<timestamp>`` and adds it to the sync alias (and read alias if live)."""
+    """Creates ``<alias>-v<timestamp>``, recording ``owner`` in its mapping's ``_meta``, and
+    adds it to the sync alias (and read alias if live)."""
     index = new_index_name(definition.alias)
     body = definition.body(bulk_load=bulk_load)
-    body["mappings"].setdefault("_meta", {})[CHECKSUM_META] = CHECKSUM_FORMAT
+    meta = body["mappings"].setdefault("_meta", {})
+    meta[CHECKSUM_META] = CHECKSUM_FORMAT
+    meta[OWNER_META] = owner.as_meta()
     assert client.server is not None
     body["mappings"], renamed = adapt_mappings(client.server, body["mappings"])
     for change in renamed:
@@ -97,15 +102,42 @@ async def create_index(client: SearchClient, definition: IndexDefinition, *,
 
 async def ensure_table_index(client: SearchClient, config: Config,
                              table: TableConfig) -> AliasState:
-    """Creates the table's first index when its alias does not exist yet."""
+    """Creates the table's first index when its alias does not exist yet (whoever owns an
+    existing one is :mod:`indexer.jobs.ownership`'s question, asked first)."""
     state = await alias_state(client, table.alias)
     if state.live or state.synced:
         return state
     if await client.index_exists(table.alias):
-        raise RuntimeError(f"{table.alias!r} is a concrete index, not an alias managed by "
-                           "indexer; reindex into a new index or delete it")
-    await create_index(client, definition_for(config, table), live=True)
+        raise OwnershipError(f"{table.alias!r} is a concrete index, not an alias managed by "
+                             "indexer; give the table another alias, or delete that index")
+    await create_index(client, definition_for(config, table), owner_of(config, table),
+                       live=True)
     return await alias_state(client, table.alias)
+
+
+async def index_owners(client: SearchClient, indices: Iterable[str]) -> dict[str, Owner | None]:
+    """index -> the owner its mapping records (None: none recorded), in one request."""
+    wanted = sorted(set(indices))
+    if not wanted:
+        return {}
+    found = await client.request("GET", f"/{','.join(wanted)}/_mapping",
+                                 params={"filter_path": "*.mappings._meta"})
+    return {index: owner_in((found.get(index) or {}).get("mappings", {}).get("_meta"))
+            for index in wanted}
+
+
+async def record_owner(client: SearchClient, index: str, owner: Owner) -> None:
+    """Records ``owner`` in the index's mapping ``_meta`` (the rest of it kept)."""
+    meta = await _meta(client, index)
+    meta[OWNER_META] = owner.as_meta()
+    await client.request("PUT", f"/{index}/_mapping", {"_meta": meta})
+
+
+async def sample_documents(client: SearchClient, index: str,
+                           size: int) -> list[dict[str, Any]]:
+    """Up to ``size`` live documents of one index (``_id``, ``_source``)."""
+    response = await client.search(index, {"size": size, "query": READ_FILTER})
+    return [{"_id": hit["_id"], "_source": hit["_source"]} for hit in response["hits"]["hits"]]
 
 
 async def mark_missed_writes(client: SearchClient, index: str, reason: str) -> None:

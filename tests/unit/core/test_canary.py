@@ -85,11 +85,16 @@ def test_a_beat_comes_from_a_canary_document_and_its_row() -> None:
 def test_the_canary_table_defaults_to_the_first_tables_database() -> None:
     assert TABLE is not None
     assert (TABLE.name, TABLE.topic, TABLE.alias) == (
-        "shop.indexer_canary", "mysql.shop.indexer_canary", "indexer-canary")
+        "shop.indexer_canary", "mysql.shop.indexer_canary", "indexer-canary-mysql-shop")
     assert TABLE.canary and TABLE not in CONFIG.tables
     off = build_config({"tables": [{"name": "shop.products"}], "canary": {"enabled": False}},
                        Path())
     assert off.canary_table is None
+    # Deployments sharing a search server share no canary index: another source or database
+    # has another alias by default.
+    other = build_config({"tables": [{"name": "Shop_2.products"}],
+                          "connector": {"topic_prefix": "eu"}}, Path()).canary_table
+    assert other is not None and other.alias == "indexer-canary-eu-shop_2"
     moved = build_config({"tables": [{"name": "shop.products"}], "canary": {
         "table": "ops.beats", "alias": "beats", "interval_s": 2, "max_age_s": 10}}, Path())
     assert moved.canary_table is not None and moved.canary_table.topic == "mysql.ops.beats"
