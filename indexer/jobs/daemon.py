@@ -30,7 +30,7 @@ from indexer.jobs.follower import NotFollowed, SwitchFound
 from indexer.jobs.parts import Parts, PartsFactory, open_parts
 from indexer.jobs.rebuilds import Request
 from indexer.metrics import Metrics
-from indexer.search.retry import retrying
+from indexer.search.retry import retrying, transient
 from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
 from indexer.settings import Config, TableConfig
 from indexer.source.kafka import Records
@@ -250,11 +250,11 @@ class Daemon:
     async def _follow(self, needed: SwitchFound | NotFollowed) -> None:
         follower = self._p.follower
         # Stored in the search server: retried like a bulk while it is away.
-        async for attempt in retrying(
+        async for attempt in retrying(  # the search server's outage is its client's to tell
                 self.config.batch.max_backoff_s,
-                before_sleep=lambda s: log.warning("cannot store a source cursor or epoch yet "
-                                                   "(%s); retrying", s.outcome and
-                                                   s.outcome.exception())):
+                before_sleep=lambda s: log.debug("cannot store a source cursor or epoch yet "
+                                                 "(%s); retrying", s.outcome and
+                                                 s.outcome.exception())):
             with attempt:
                 if isinstance(needed, NotFollowed):
                     await follower.follow(needed)
@@ -494,7 +494,9 @@ class Daemon:
             await source.commit(offsets)
         except Exception as exc:
             # Uncommitted work is read again after a restart or rebalance: duplicates, no loss.
-            log.warning("offset commit failed (%s); the messages will be read again", exc)
+            # Kafka away is its outage's to tell, once.
+            log.log(logging.DEBUG if getattr(exc, "retriable", False) else logging.WARNING,
+                    "offset commit failed (%s); the messages will be read again", exc)
             return
         finally:
             self._committing = None
@@ -514,7 +516,8 @@ class Daemon:
         try:
             await self._parts.follower.save(force=force)
         except Exception as exc:  # the next save catches up; a lost one costs nothing
-            log.warning("could not save the source cursors (%s: %s)", type(exc).__name__, exc)
+            log.log(logging.DEBUG if transient(exc) else logging.WARNING,
+                    "could not save the source cursors (%s: %s)", type(exc).__name__, exc)
 
     async def _drain(self, grace_s: float) -> None:
         """Waits for in-flight batches (abandoning them after ``grace_s``) and commits the

@@ -28,6 +28,7 @@ from indexer.jobs.rebuilds import Rebuilds, Request
 from indexer.jobs.schema_changes import SchemaWatch
 from indexer.jobs.verify import Verifier
 from indexer.metrics import Metrics
+from indexer.outages import Outages
 from indexer.search.admin import ensure_table_index
 from indexer.search.sink import ElasticsearchSink, Op
 from indexer.search.state import StateStore
@@ -120,10 +121,11 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
     """The real parts: the search server's sink, the dead-letter producer, the follower and
     the schema watch on the search server's state, every table's index created if absent,
     the Kafka source, and beside them the canary's writer and continuous verification."""
+    outages = Outages()  # one line per outage of each server, whoever waits on it
     async with (
-        ElasticsearchSink(cfg.elasticsearch, metrics, max_backoff_s=cfg.batch.max_backoff_s)
-        as sink,
-        Producer(cfg.kafka) as producer,
+        ElasticsearchSink(cfg.elasticsearch, metrics, max_backoff_s=cfg.batch.max_backoff_s,
+                          outage=outages.search) as sink,
+        Producer(cfg.kafka, outages.kafka) as producer,
     ):
         follower = Follower(StateStore(sink.client), metrics)
         schemas = SchemaWatch(cfg, sink.client, metrics)
@@ -132,7 +134,7 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
         await asyncio.gather(*(schemas.start(t.config, t.decoder)
                                for t in tables.values() if not t.config.canary))
         async with (
-            _rebuilds(cfg, sink, metrics) as rebuilds,
+            _rebuilds(cfg, sink, metrics, outages) as rebuilds,
             contextlib.AsyncExitStack() as checks,
         ):
             indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
@@ -145,28 +147,30 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
             if rebuilds is not None:
                 await rebuilds.ensure_meta()
             for topic in await missing_topics(cfg.kafka, list(tables)):
+                if tables[topic].config.canary:  # made by the first beat, a moment from now
+                    continue
                 log.warning("table %s: topic %s does not exist yet; it is read once it appears "
                             "(%s)", tables[topic].config.name, topic, TOPIC_HINT)
             source = await checks.enter_async_context(
-                KafkaSource(cfg.kafka, list(tables), on_revoked))
-            await _start_checks(cfg, metrics, checks, source)
+                KafkaSource(cfg.kafka, list(tables), on_revoked, outages.kafka))
+            await _start_checks(cfg, metrics, checks, source, outages)
             yield Parts(source, sink, producer, follower, schemas, rebuilds)
 
 
 @contextlib.asynccontextmanager
-async def _rebuilds(cfg: Config, sink: ElasticsearchSink,
-                    metrics: Metrics) -> AsyncIterator[Rebuilds | None]:
+async def _rebuilds(cfg: Config, sink: ElasticsearchSink, metrics: Metrics,
+                    outages: Outages) -> AsyncIterator[Rebuilds | None]:
     """The rebuilds of joined documents, when a table has joins: their trees are read from
     MySQL and checked first (a join that cannot work stops the start with its reason)."""
     if not any(t.joins for t in cfg.tables):
         yield None
         return
-    async with Rebuilds(cfg, sink.client, sink, metrics) as rebuilds:
+    async with Rebuilds(cfg, sink.client, sink, metrics, outages.mysql) as rebuilds:
         yield rebuilds
 
 
 async def _start_checks(cfg: Config, metrics: Metrics, checks: contextlib.AsyncExitStack,
-                        source: KafkaSource) -> None:
+                        source: KafkaSource, outages: Outages) -> None:
     """The canary's writer and continuous verification, beside the loop. Each table is looked
     after by the member that consumes its topic's first partition, so the work is done once
     per group and moves with the partitions."""
@@ -186,6 +190,8 @@ async def _start_checks(cfg: Config, metrics: Metrics, checks: contextlib.AsyncE
         metrics.canary_from(int(time.time() * 1000))
         await checks.enter_async_context(CanaryWriter(
             cfg.canary_mysql, canary, cfg.kafka.group_id, writer_name(cfg.kafka.client_id),
-            cfg.canary.interval_s, lambda: owns(canary.topic), metrics))
+            cfg.canary.interval_s, lambda: owns(canary.topic), metrics,
+            outages.mysql if cfg.canary_mysql == cfg.mysql else None))
     if cfg.verify.enabled:
-        await checks.enter_async_context(Verifier(cfg, metrics, lambda table: owns(table.topic)))
+        await checks.enter_async_context(Verifier(cfg, metrics, lambda table: owns(table.topic),
+                                                  outages))

@@ -37,12 +37,14 @@ from indexer.core.mappings import META_MAPPING, sync_alias
 from indexer.core.sources import parse_gtid
 from indexer.core.trees import Touch, Tree, Values
 from indexer.metrics import Metrics
+from indexer.outages import Outage
 from indexer.search.client import SearchClient
 from indexer.search.retry import retrying
 from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
 from indexer.settings import Config, ConfigError, TableConfig
 from indexer.source.mysql import connection
 from indexer.source.mysql import trees as tree_sql
+from indexer.source.mysql.connection import unreachable
 from indexer.source.mysql.trees import Connection, TreeRows
 
 log = logging.getLogger(__name__)
@@ -96,8 +98,9 @@ class Rebuilds:
     """Rebuilds the joined documents of the configured tables with joins."""
 
     def __init__(self, config: Config, client: SearchClient, sink: Writes, metrics: Metrics,
-                 ) -> None:
+                 outage: Outage | None = None) -> None:
         self._config = config
+        self._outage = outage or Outage("MySQL", "joined documents' rebuilds")
         self._client = client
         self._sink = sink
         self._metrics = metrics
@@ -389,7 +392,9 @@ class Rebuilds:
             attempt += 1
             rows = self._rows[alias]
             try:
-                return await asyncio.to_thread(self._run, rows, work)
+                done = await asyncio.to_thread(self._run, rows, work)
+                self._outage.ok()
+                return done
             except pymysql.err.MySQLError as exc:
                 # pymysql's classes do not say which is which (an unknown column is an
                 # OperationalError like a lost connection): the server's code does.
@@ -409,19 +414,24 @@ class Rebuilds:
 
     async def _wait(self, alias: str, exc: BaseException, attempt: int) -> None:
         wait = min(self._config.batch.max_backoff_s, 0.1 * 2 ** min(attempt, 10))
-        log.warning("joined documents of %s: MySQL cannot answer now (%s); retry %d in %.1f s",
-                    alias, exc, attempt, wait)
+        self._outage.failed(exc, "unreachable" if unreachable(exc) else "not answering")
+        log.debug("joined documents of %s: MySQL cannot answer now (%s); retry %d in %.1f s",
+                  alias, exc, attempt, wait)
         await asyncio.sleep(wait)
 
     async def _retry(self, alias: str, work: Callable[[], Awaitable[None]]) -> None:
         for attempt in range(1, 1_000_000):
             try:
                 await work()
+                self._outage.ok()
                 return
             except (pymysql.err.MySQLError, ConfigError, OSError) as exc:
                 wait = min(self._config.batch.max_backoff_s, 0.1 * 2 ** min(attempt, 10))
-                log.warning("joined documents of %s: cannot read the layouts (%s); retry in "
-                            "%.1f s", alias, exc, wait)
+                if unreachable(exc):
+                    self._outage.failed(exc)
+                else:  # a layout that cannot be read is no outage: said each time
+                    log.warning("joined documents of %s: cannot read the layouts (%s); retry "
+                                "in %.1f s", alias, exc, wait)
                 await asyncio.sleep(wait)
 
     def _run(self, rows: TreeRows, work: Callable[[TreeRows, Connection], T]) -> T:

@@ -31,18 +31,22 @@ from types import TracebackType
 from typing import Any
 
 import pymysql
+from aiokafka.errors import KafkaError
 
 from indexer.core.sources import gtid_set_reached
 from indexer.jobs import chunk_check
 from indexer.jobs.chunk_check import Differences, Plan
 from indexer.jobs.ownership import claim
 from indexer.metrics import Metrics
+from indexer.outages import Outages
 from indexer.search.client import SearchClient, quote
+from indexer.search.retry import transient
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
 from indexer.settings import Config, ConfigError, TableConfig, VerifySettings
 from indexer.source.connect import ConnectClient, ConnectUnavailable
 from indexer.source.mysql import checksum_sql, connection, schema
+from indexer.source.mysql.connection import unreachable
 from indexer.source.topics import TopicReader
 
 log = logging.getLogger(__name__)
@@ -160,8 +164,9 @@ class Verifier:
     whether this daemon looks after the table now."""
 
     def __init__(self, config: Config, metrics: Metrics,
-                 owns: Callable[[TableConfig], bool]) -> None:
+                 owns: Callable[[TableConfig], bool], outages: Outages | None = None) -> None:
         self._config = config
+        self._outages = outages or Outages()
         self._settings = config.verify
         self._metrics = metrics
         self._owns = owns
@@ -176,7 +181,8 @@ class Verifier:
         cfg = self._config
         try:
             self._sink = await self._stack.enter_async_context(ElasticsearchSink(
-                cfg.elasticsearch, self._metrics, max_backoff_s=cfg.batch.max_backoff_s))
+                cfg.elasticsearch, self._metrics, max_backoff_s=cfg.batch.max_backoff_s,
+                outage=self._outages.search))
             self._reader = await self._stack.enter_async_context(TopicReader(cfg.kafka))
             if cfg.connect.url is not None:
                 self._connect = await self._stack.enter_async_context(
@@ -209,6 +215,7 @@ class Verifier:
         (False) is not run again."""
         # Daemons started together do not all look at once.
         await asyncio.sleep(random.uniform(1.0, 1.0 + min(30.0, self._settings.settle_s * 2)))
+        said = ""  # why it paused, as last logged: a reason is logged once, not every retry
         while True:
             if not self._owns(table.config):
                 await asyncio.sleep(OWNERSHIP_POLL_S)
@@ -218,10 +225,25 @@ class Verifier:
                     return
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a server away: the next attempt picks up
-                log.warning("verification of %s paused (%s: %s); resuming in %g s",
-                            table.config.name, type(exc).__name__, exc, RETRY_S)
+            except Exception as exc:  # the next attempt picks up
+                said = self._paused(table.config, exc, said)
                 await asyncio.sleep(RETRY_S)
+
+    def _paused(self, table: TableConfig, exc: Exception, said: str) -> str:
+        """Tells why a table's verification paused: a server away is its outage's to tell
+        (once, for all that wait on it); anything else once per reason."""
+        if unreachable(exc):
+            self._outages.mysql.failed(exc)
+            return said
+        if transient(exc) or (isinstance(exc, KafkaError) and exc.retriable):
+            log.debug("verification of %s paused (%s: %s)", table.name, type(exc).__name__,
+                      exc)  # its client told the outage
+            return said
+        reason = f"{type(exc).__name__}: {exc}"
+        if reason != said:
+            log.warning("verification of %s paused (%s); trying again every %g s", table.name,
+                        reason, RETRY_S)
+        return reason
 
     # --- the rolling pass --------------------------------------------------------------------
 
@@ -524,9 +546,12 @@ class Verifier:
     async def _timed(self, table: str, server: str, work: Awaitable[Any]) -> Any:
         began = time.monotonic()
         try:
-            return await work
+            done = await work
         finally:
             self._metrics.verify_busy.labels(table, server).inc(time.monotonic() - began)
+        if server == "mysql":
+            self._outages.mysql.ok()
+        return done
 
     # --- the record `indexer check` reads ----------------------------------------------------
 

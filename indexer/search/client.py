@@ -30,6 +30,7 @@ from elastic_transport import (
 )
 from elastic_transport import OrjsonSerializer as _JsonSerializer
 
+from indexer.outages import Outage
 from indexer.search.servers import Server, identify
 from indexer.security import redact_url, tls_context, tls_reason
 from indexer.settings import ConfigError, ElasticsearchSettings
@@ -40,6 +41,8 @@ __all__ = ["SearchClient", "SearchError", "SearchUnavailable", "TransportError",
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
+# Statuses of a server that is there but cannot serve now (overloaded, restarting).
+UNAVAILABLE = frozenset({429, 502, 503, 504})
 # Search contexts of a scan live this long between pages.
 SCROLL_KEEPALIVE = "5m"
 SCAN_PAGE = 1000
@@ -67,11 +70,13 @@ class SearchError(Exception):
 class SearchClient:
     """An async context manager owning the connections; ``server`` says what answered."""
 
-    def __init__(self, settings: ElasticsearchSettings) -> None:
+    def __init__(self, settings: ElasticsearchSettings, outage: Outage | None = None) -> None:
         self._settings = settings
         self._transport: AsyncTransport | None = None
         self._headers: dict[str, str] = {"accept": JSON}
         self.server: Server | None = None
+        # Where unreachability is told (once per outage, shared by a process's clients).
+        self.outage = outage or Outage("the search server", "its requests")
 
     async def __aenter__(self) -> SearchClient:
         self._transport = AsyncTransport(
@@ -118,10 +123,19 @@ class SearchClient:
             headers = {**headers, "content-type": NDJSON if ndjson else JSON}
             if not isinstance(body, bytes):
                 body = orjson.dumps(body)
-        response = await transport.perform_request(
-            method, target, body=body, headers=headers,
-            request_timeout=timeout if timeout is not None else self._settings.request_timeout_s)
+        try:
+            response = await transport.perform_request(
+                method, target, body=body, headers=headers,
+                request_timeout=timeout if timeout is not None
+                else self._settings.request_timeout_s)
+        except TransportError as exc:
+            self.outage.failed(exc)
+            raise
         status = response.meta.status
+        if status in UNAVAILABLE and status not in ok:
+            self.outage.failed(f"{method} {path} answered {status}", "not answering")
+        else:
+            self.outage.ok()
         if status >= 300 and status not in ok:
             raise SearchError(status, method, target, response.body)
         return response.body

@@ -21,6 +21,7 @@ from indexer.core.bulk import action_line
 from indexer.core.documents import Write
 from indexer.core.mappings import sync_alias
 from indexer.metrics import Metrics
+from indexer.outages import Outage
 from indexer.search.admin import alias_states, mark_missed_writes
 from indexer.search.client import SearchClient, SearchError, root_cause
 from indexer.search.retry import TransientError, retrying
@@ -80,17 +81,20 @@ class _Round:
 
 class ElasticsearchSink:
     def __init__(self, settings: ElasticsearchSettings, metrics: Metrics,
-                 *, max_backoff_s: float) -> None:
+                 *, max_backoff_s: float, outage: Outage | None = None) -> None:
         self._settings = settings
         self._metrics = metrics
         self._max_backoff_s = max_backoff_s
+        self._outage = outage
+        # Items refused for now (429) while bulks themselves go through: told once, too.
+        self._busy = Outage("the search server", "writes (nothing past them is committed)")
         self._client: SearchClient | None = None
         # alias -> its live indices among those it writes to, as last resolved
         self._live: dict[str, set[str]] = {}
         self._marked: set[str] = set()  # indices marked as having missed writes
 
     async def __aenter__(self) -> ElasticsearchSink:
-        client = SearchClient(self._settings)
+        client = SearchClient(self._settings, self._outage)
         self._client = await client.__aenter__()
         return self
 
@@ -128,6 +132,7 @@ class ElasticsearchSink:
                 pending = await self._write_round(pending)
                 if pending:
                     raise TransientError(f"{len(pending)} items refused for now (429/5xx)")
+                self._busy.ok()
 
     async def _write_round(self, pending: list[Op]) -> list[Op]:
         targets = await self.resolve({op.alias for op in pending if op.index is None})
@@ -225,11 +230,17 @@ class ElasticsearchSink:
             self._marked.add(index)
 
     def _before_sleep(self, state: RetryCallState) -> None:
+        """Each retry is a DEBUG line: the client tells an unreachable server once (its
+        :class:`~indexer.outages.Outage`), and so does this sink for items refused for now."""
         exc = state.outcome.exception() if state.outcome else None
         reason = type(exc).__name__ if exc else "unknown"
         self._metrics.retries.labels(reason).inc()
         cause = root_cause(exc) if exc else None
         detail = f" ({type(cause).__name__}: {cause})" if cause is not None and cause is not exc \
             else ""
-        log.warning("elasticsearch not available (%s: %s%s); retry %d in %.2fs", reason, exc,
-                    detail, state.attempt_number, state.upcoming_sleep)
+        if isinstance(exc, NoTargetError):
+            self._busy.failed(exc, "has no index to write to")
+        elif isinstance(exc, TransientError) and exc.__cause__ is None:  # items, not the bulk
+            self._busy.failed(exc, "refusing writes for now")
+        log.debug("bulk not written (%s: %s%s); retry %d in %.2fs", reason, exc, detail,
+                  state.attempt_number, state.upcoming_sleep)

@@ -22,8 +22,9 @@ import pymysql
 
 from indexer.core.canary import Beat
 from indexer.metrics import Metrics
+from indexer.outages import Outage
 from indexer.settings import ConfigError, MySQLSettings, TableConfig
-from indexer.source.mysql.connection import connect, quote, replicates_from
+from indexer.source.mysql.connection import connect, quote, replicates_from, unreachable
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,10 @@ class CanaryWriter:
     they never stop the daemon."""
 
     def __init__(self, settings: MySQLSettings, table: TableConfig, group: str, writer: str,
-                 interval_s: float, owns: Callable[[], bool], metrics: Metrics) -> None:
+                 interval_s: float, owns: Callable[[], bool], metrics: Metrics,
+                 outage: Outage | None = None) -> None:
         self._settings = settings
+        self._outage = outage  # the daemon's MySQL's, when the beats go there too
         self._table = table
         self._group = group
         self._writer = writer
@@ -140,7 +143,9 @@ class CanaryWriter:
                 self._conn = None
             self._metrics.canary_write_failures.inc()
             reason = f"{type(exc).__name__}: {exc}"
-            if reason != self._failing:
+            if self._outage is not None and unreachable(exc):
+                self._outage.failed(exc)  # told once for everything that waits on MySQL
+            elif reason != self._failing:
                 needs = ("" if isinstance(exc, IntoReplica) else
                          "; the MySQL user needs CREATE, INSERT and UPDATE on it")
                 log.warning("cannot write the canary's beat into %s (%s)%s ([canary] enabled "
@@ -148,6 +153,8 @@ class CanaryWriter:
                             self._table.name, reason, needs, self._interval_s)
                 self._failing = reason
             return False
+        if self._outage is not None:
+            self._outage.ok()
         if self._failing is not None:
             log.info("the canary's beats are written into %s again", self._table.name)
             self._failing = None

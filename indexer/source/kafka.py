@@ -8,7 +8,8 @@ import importlib
 import logging
 import re
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -17,12 +18,14 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     KafkaConnectionError,
+    KafkaError,
     SaslAuthenticationFailed,
     UnsupportedSaslMechanismError,
 )
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
+from indexer.outages import Outage
 from indexer.security import tls_context
 from indexer.settings import ConfigError, KafkaSettings
 
@@ -39,6 +42,56 @@ METADATA_MAX_AGE_MS = 30_000
 READ_POLL_MS = 500
 # A send Kafka refused is tried again after about this long, doubling up to the ceiling.
 RETRY_FIRST_WAIT_S = 0.1
+# While Kafka is away and nothing arrives, whether it is back is asked this often.
+PROBE_S = 5.0
+# aiokafka's loggers. While a broker is away each connection attempt, metadata refresh, fetch,
+# heartbeat and commit that fails is a WARNING or ERROR line of its own (~540 per broker
+# restart, up to 70 a second): the consumer's outage tells it once instead.
+AIOKAFKA_LOGGERS = ("aiokafka", "aiokafka.conn", "aiokafka.cluster", "aiokafka.admin.client",
+                    "aiokafka.consumer.consumer", "aiokafka.consumer.fetcher",
+                    "aiokafka.consumer.group_coordinator", "aiokafka.producer.producer",
+                    "aiokafka.producer.sender")
+# What says a broker cannot be reached now (as opposed to a topic not there yet, a rebalance).
+_UNREACHABLE = re.compile(r"unable (?:to )?(?:connect|update metadata|request metadata)|"
+                          r"failed fetch|cannot send|could not send|connection|not ?ready|"
+                          r"timed ?out|coordinator|heartbeat (?:send|session)", re.IGNORECASE)
+# What is wrong for good, or a bug: said as aiokafka says it.
+_KEPT = re.compile(r"not authorized|unexpected|sasl|fatal|unrecognized", re.IGNORECASE)
+
+
+class LibraryErrors(logging.Filter):
+    """aiokafka's own warnings and errors: DEBUG lines, those saying a broker cannot be
+    reached told to the Kafka :class:`~indexer.outages.Outage`; those that say something is
+    wrong for good (authorization, a bug) kept as they are."""
+
+    def __init__(self, outage: Outage) -> None:
+        super().__init__()
+        self._outage = outage
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        text = record.getMessage()
+        if _KEPT.search(text):
+            return True
+        if _UNREACHABLE.search(text):
+            self._outage.failed(text)
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+@contextlib.contextmanager
+def library_errors_told(outage: Outage) -> Iterator[None]:
+    """aiokafka's errors go to ``outage`` (and DEBUG) while the block runs."""
+    quiet = LibraryErrors(outage)
+    loggers = [logging.getLogger(name) for name in AIOKAFKA_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 def client_security(settings: KafkaSettings) -> dict[str, Any]:
@@ -170,10 +223,12 @@ class KafkaSource:
     """
 
     def __init__(self, settings: KafkaSettings, topics: Sequence[str],
-                 on_revoked: RevokeHook) -> None:
+                 on_revoked: RevokeHook, outage: Outage | None = None) -> None:
         self._settings = settings
         self._topics = list(topics)
         self._on_revoked = on_revoked
+        self.outage = outage or Outage("Kafka", "consuming and offset commits")
+        self._told = contextlib.ExitStack()
         self._consumer: AIOKafkaConsumer | None = None
         self._fetched: asyncio.Queue[tuple[int, Records] | BaseException] = asyncio.Queue(1)
         self._generation = 0  # bumped by every rebalance
@@ -202,18 +257,26 @@ class KafkaSource:
         # picked up at the next metadata refresh.
         self._consumer.subscribe(pattern=topics_pattern(self._topics),
                                  listener=_Listener(self._revoked))
-        await self._consumer.start()
+        self._told.enter_context(library_errors_told(self.outage))
+        try:
+            await self._consumer.start()
+        except BaseException:
+            self._told.close()
+            raise
         self._reader = asyncio.create_task(self._read())
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-        if self._consumer is not None:
-            await self._consumer.stop()
+        try:
+            if self._reader is not None:
+                self._reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._reader
+            if self._consumer is not None:
+                await self._consumer.stop()
+        finally:
+            self._told.close()
 
     @property
     def consumer(self) -> AIOKafkaConsumer:
@@ -222,11 +285,18 @@ class KafkaSource:
 
     async def _read(self) -> None:
         consumer = self.consumer
+        probed = 0.0
         try:
             while True:
                 records = await consumer.getmany(timeout_ms=READ_POLL_MS)
                 if records:
+                    self.outage.ok()
                     await self._fetched.put((self._generation, records))
+                elif self.outage.down and time.monotonic() - probed >= PROBE_S:
+                    probed = time.monotonic()  # nothing to read: is it back?
+                    with contextlib.suppress(KafkaError):
+                        await consumer.topics()
+                        self.outage.ok()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # handed to the next fetch(), which raises it
@@ -278,7 +348,13 @@ class KafkaSource:
         assigned = self.assignment()
         owned = {tp: offset for tp, offset in offsets.items() if tp in assigned}
         if owned:
-            await self.consumer.commit(owned)
+            try:
+                await self.consumer.commit(owned)
+            except KafkaError as exc:
+                if exc.retriable:
+                    self.outage.failed(exc)
+                raise
+            self.outage.ok()
 
     def lag(self, tp: TopicPartition, next_offset: int) -> int | None:
         highwater = self.consumer.highwater(tp)
@@ -288,9 +364,10 @@ class KafkaSource:
 class Producer:
     """An idempotent producer for dead letters and replays; every send waits for the ack."""
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, outage: Outage | None = None) -> None:
         self._settings = settings
         self._producer: AIOKafkaProducer | None = None
+        self.outage = outage or Outage("Kafka", "dead letters")
 
     async def __aenter__(self) -> Producer:
         await probe(self._settings)
@@ -322,9 +399,12 @@ class Producer:
         retry policy for Kafka, every failure tried again with growing waits."""
         async for attempt in AsyncRetrying(
                 retry=retry_if_exception_type(Exception), stop=stop_never, reraise=True,
-                wait=wait_random_exponential(multiplier=RETRY_FIRST_WAIT_S, max=max_backoff_s)):
+                wait=wait_random_exponential(multiplier=RETRY_FIRST_WAIT_S, max=max_backoff_s),
+                before_sleep=lambda state: self.outage.failed(
+                    state.outcome.exception() if state.outcome else "no answer")):
             with attempt:
                 await self.send(topic, key, value, headers)
+        self.outage.ok()
 
 
 @contextlib.asynccontextmanager

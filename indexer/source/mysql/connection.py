@@ -34,6 +34,29 @@ def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
+# Client and server errors of a server that is not there now: no server at the address,
+# gone away, connection lost, shutting down, too many connections. Waited out, never told
+# as a configuration error.
+UNREACHABLE_CODES = frozenset({1040, 1053, 2002, 2003, 2006, 2013, 2055})
+
+
+class MySQLUnreachable(ConfigError):
+    """No MySQL server answered at the configured address (now)."""
+
+
+def unreachable(exc: BaseException | None) -> bool:
+    """Whether an error (or what caused it) says MySQL cannot be reached now."""
+    while exc is not None:
+        if isinstance(exc, MySQLUnreachable | ConnectionError | TimeoutError):
+            return True
+        if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError) and (
+                (exc.args and exc.args[0] in UNREACHABLE_CODES) or not exc.args
+                or exc.args[0] == 0):
+            return True
+        exc = exc.__cause__
+    return False
+
+
 def connect(settings: MySQLSettings, database: str) -> pymysql.connections.Connection[Any]:
     """A connection in autocommit mode; a refusal becomes one line naming what to fix."""
     try:
@@ -42,6 +65,10 @@ def connect(settings: MySQLSettings, database: str) -> pymysql.connections.Conne
                                charset="utf8mb4", autocommit=True,
                                init_command=INIT_COMMAND, **_tls(settings))
     except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] in UNREACHABLE_CODES:
+            raise MySQLUnreachable(f"mysql {settings.host}:{settings.port} is unreachable "
+                                   f"({exc.args[-1]}); if it is up, check mysql.host and "
+                                   "mysql.port") from exc
         raise ConfigError(_refusal(settings, exc)) from exc
 
 

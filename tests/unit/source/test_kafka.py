@@ -1,12 +1,14 @@
 """The hand-over between the source's reader task and the daemon (no broker involved)."""
 
+import logging
 import re
 
 import pytest
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from indexer.outages import Outage
 from indexer.settings import KafkaSettings
-from indexer.source.kafka import KafkaSource, Records, topics_pattern
+from indexer.source.kafka import KafkaSource, Records, library_errors_told, topics_pattern
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -65,3 +67,29 @@ def test_the_subscription_pattern_matches_exactly_the_topics() -> None:
         assert pattern.match(topic)
     for topic in ("db.shop.itemsX", "dbXshop.items", "db.shop.item", "aab", "x.db.shop.items"):
         assert not pattern.match(topic)
+
+
+def test_aiokafkas_errors_while_a_broker_is_away_are_one_outage_at_debug(
+        caplog: pytest.LogCaptureFixture) -> None:
+    outage = Outage("Kafka", "consuming")
+    caplog.set_level(logging.INFO)
+    with library_errors_told(outage):
+        for _ in range(50):  # a broker restart: one of these per attempt, dozens a second
+            logging.getLogger("aiokafka").error(
+                "Unable connect to node with id %s: %s", 1, "[Errno 111] Connection refused")
+            logging.getLogger("aiokafka").error("Unable to update metadata from [1]")
+            logging.getLogger("aiokafka.consumer.fetcher").error(
+                "Failed fetch messages from %s: %s", 1, "NodeNotReadyError")
+        logging.getLogger("aiokafka.cluster").error("Topic %s not found in cluster metadata",
+                                                    "dlq")  # not an outage: DEBUG alone
+        logging.getLogger("aiokafka.consumer.fetcher").warning(
+            "Not authorized to read from topic %s.", "t")  # wrong for good: kept
+    assert outage.down
+    lines = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        ("indexer.outages", "WARNING", "Kafka unreachable (Unable connect to node with id 1: "
+                                       "[Errno 111] Connection refused); consuming wait for it"),
+        ("aiokafka.consumer.fetcher", "WARNING", "Not authorized to read from topic t.")]
+    # Outside the block (another process's client, the filter removed): as aiokafka says it.
+    logging.getLogger("aiokafka").error("Unable to update metadata from [1]")
+    assert caplog.records[-1].levelname == "ERROR"
