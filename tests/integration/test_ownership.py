@@ -31,8 +31,6 @@ from tests.integration.conftest import (
 )
 from tests.integration.test_cli import indexer
 
-pytestmark = pytest.mark.servers
-
 
 async def _owner(es: SearchClient, alias: str) -> dict[str, Any]:
     index = await live_index(es, alias)
@@ -41,6 +39,7 @@ async def _owner(es: SearchClient, alias: str) -> dict[str, Any]:
     return owner
 
 
+@pytest.mark.servers
 async def test_a_second_table_on_the_same_alias_is_refused_and_touches_nothing(
         db: Any, es: SearchClient, make_table: Any, make_config: Any,
         tmp_path: Path) -> None:
@@ -167,6 +166,7 @@ async def _forget_owner(es: SearchClient, index: str) -> None:
         "mappings"]["_meta"]
 
 
+@pytest.mark.servers
 async def test_an_index_of_the_previous_release_is_adopted_when_it_is_the_tables(
         db: Any, es: SearchClient, make_table: Any, make_config: Any,
         tmp_path: Path) -> None:
