@@ -18,12 +18,10 @@ from rich.markup import escape
 
 from indexer import logs
 from indexer.config import load_config
-from indexer.core.mappings import MappingError
-from indexer.core.ownership import OwnershipError
 from indexer.core.sources import Registry
-from indexer.jobs.reindex import ReindexError
+from indexer.errors import ConfigError, IndexerError, MappingError
 from indexer.security import Redactor
-from indexer.settings import Config, ConfigError, TableConfig
+from indexer.settings import Config, TableConfig
 
 if TYPE_CHECKING:
     from indexer.core.trees import Tree
@@ -576,8 +574,7 @@ def _run(cfg: Config, coro: Coroutine[object, object, T],
         err.print("[red]stopped[/red] (SIGTERM)")
         raise typer.Exit(EXIT_ERROR) from None
     except Exception as exc:  # exit 1 means drift/unhealthy: errors must not look like it
-        known = isinstance(exc, ConfigError | MappingError | ReindexError | LookupError |
-                           OwnershipError)
+        known = isinstance(exc, IndexerError | LookupError)
         line = redact(str(exc) if known else f"{type(exc).__name__}: {exc}")
         failed(line)
         err.print(f"[red]error:[/red] {escape(line)}")

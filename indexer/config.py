@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from indexer.errors import ConfigError
 from indexer.join_config import parse_joins
 from indexer.security import Secret, redact_url
 from indexer.settings import (
@@ -31,7 +32,6 @@ from indexer.settings import (
     BatchSettings,
     CanarySettings,
     Config,
-    ConfigError,
     ConnectorSettings,
     ConnectSettings,
     DeletesSettings,

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from indexer.errors import ConfigError
 from indexer.settings import (
     DEFAULT_CHILDREN_MAX,
     MAX_JOIN_DEPTH,
-    ConfigError,
     ConnectorSettings,
     JoinKind,
     JoinSettings,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
+from indexer.errors import ConfigError
 from indexer.security import Secret
 
 DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
@@ -86,10 +87,6 @@ NewColumns = Literal["map", "keep"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 LogFormat = Literal["console", "json"]
 JoinKind = Literal["lookup", "child"]
-
-
-class ConfigError(ValueError):
-    """A setting is missing or invalid; the message names it."""
 
 
 @dataclass(frozen=True)

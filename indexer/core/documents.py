@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from indexer.core.checksums import content_hash
-from indexer.core.events import Change, DecodeError
-from indexer.core.sources import EPOCH_ZERO, Epoch, SourceError, binlog_file_number
+from indexer.core.events import Change
+from indexer.core.sources import EPOCH_ZERO, Epoch, binlog_file_number
 from indexer.core.versions import (
     FILE_BITS,
     MAX_FILE,
@@ -28,6 +28,7 @@ from indexer.core.versions import (
     ROW_BITS,
     pack,
 )
+from indexer.errors import DecodeError, SourceError, VersionError
 from indexer.settings import ServerKind, TableConfig, VersionSource
 
 META_FIELD = "_indexer"  # the indexer's own fields inside every document
@@ -38,11 +39,6 @@ MAX_ID_BYTES = 512
 MIN_LONG = -(1 << 63)
 # Documents of tables without a single integer key are grouped by crc32(id) % KEY_BUCKETS.
 KEY_BUCKETS = 1024
-
-class VersionError(DecodeError):
-    def __init__(self, reason: str) -> None:
-        super().__init__("bad-version", reason)
-
 
 def file_number(file: str) -> int:
     try:

@@ -20,7 +20,8 @@ import orjson
 
 from indexer.core import geometry, values
 from indexer.core.envelope import ENVELOPE, Envelope, Position
-from indexer.settings import ConfigError, ConnectorSettings
+from indexer.errors import ConfigError, DecodeError
+from indexer.settings import ConnectorSettings
 
 Converter = Callable[[Any], Any]
 # (field name, converter) for the fields that need one; the rest pass through unchanged.
@@ -38,15 +39,6 @@ SCHEMA_CACHE_SIZE = 64
 _COLUMN_TYPE = "__debezium.source.column.type"
 _COLUMN_LENGTH = "__debezium.source.column.length"
 _COLUMN_SCALE = "__debezium.source.column.scale"
-
-
-class DecodeError(ValueError):
-    """A message that cannot be turned into a change; it goes to the dead-letter topic."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
 
 
 class LayoutChanged(Exception):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.core.documents import META_FIELD
+from indexer.errors import MappingError
 
 # Field types a full Elasticsearch 9 or OpenSearch 3 knows (flat_object is OpenSearch's
 # flattened, renamed for the server at hand). Test builds lack some: see mappings/README.md.
@@ -48,10 +49,6 @@ META_MAPPING: dict[str, Any] = {
 READ_FILTER: dict[str, Any] = {
     "bool": {"must_not": [{"term": {f"{META_FIELD}.deleted": True}}]}
 }
-
-
-class MappingError(ValueError):
-    """A mapping file is missing or invalid; the message names the file and the place."""
 
 
 @dataclass(frozen=True)

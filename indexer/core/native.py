@@ -29,12 +29,12 @@ from indexer.core.envelope import Position
 from indexer.core.events import (
     PAYLOAD_MARKER,
     SCHEMA_PREFIX,
-    DecodeError,
     EnvelopeDecoder,
     envelope_row_schema,
     field_converter,
     fraction_digits,
 )
+from indexer.errors import DecodeError
 
 # A declined message costs the native side's parse on top of Python's: a table whose messages
 # it keeps declining (floats, composite keys) goes to Python alone for DECLINED_PAUSE_SLICES

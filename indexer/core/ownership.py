@@ -63,11 +63,6 @@ def owner_in(mapping_meta: Mapping[str, Any] | None) -> Owner | None:
                  str(found.get("mysql") or ""))
 
 
-class OwnershipError(Exception):
-    """An index belongs to another table or source, or cannot be told to be this table's:
-    nothing was written, mapped or compared. The message is one line naming both."""
-
-
 def conflict(alias: str, index: str, found: Owner, wanted: Owner) -> str:
     """The line that refuses ``wanted``'s use of an index ``found`` owns."""
     return (f"alias {alias}: index {index} belongs to {found.describe()}, not to "

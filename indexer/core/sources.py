@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from indexer.core.versions import MAX_FILE
+from indexer.errors import SourceError
 
 # The file-number field of a version (indexer.core.versions), which epochs offset.
 MAX_FIELD = MAX_FILE
@@ -49,10 +50,6 @@ EPOCH_MARGIN_FILES = 64
 _BINLOG_NUMBER = re.compile(r"\.(\d+)$")
 _MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 _MYSQL_GTID = re.compile(r"^([0-9a-fA-F-]{36}):(\d+)$")
-
-
-class SourceError(ValueError):
-    """A position that cannot be versioned (the message says why and what to do)."""
 
 
 @functools.lru_cache(maxsize=64)

@@ -21,10 +21,11 @@ from indexer.build import current_build, load_native
 from indexer.core import native, trees
 from indexer.core.canary import Beat
 from indexer.core.documents import DocumentBuilder, Write, pack_binlog_version
-from indexer.core.events import Change, DecodeError, EnvelopeDecoder, LayoutChanged
+from indexer.core.events import Change, EnvelopeDecoder, LayoutChanged
 from indexer.core.ledger import OffsetLedger
 from indexer.core.linger import Linger
 from indexer.core.sources import EPOCH_ZERO
+from indexer.errors import DecodeError
 from indexer.jobs.dlq import dead_letter_for
 from indexer.jobs.follower import NotFollowed, SwitchFound
 from indexer.jobs.parts import Parts, PartsFactory, open_parts

@@ -18,10 +18,11 @@ from aiokafka.structs import TopicPartition
 
 from indexer.core import compare
 from indexer.core.documents import META_FIELD, DocumentBuilder, document_id
-from indexer.core.events import DecodeError, EnvelopeDecoder
-from indexer.core.ownership import OwnershipError, owner_of
+from indexer.core.events import EnvelopeDecoder
+from indexer.core.ownership import owner_of
 from indexer.core.sources import Epoch, Registry, partition_key
 from indexer.core.versions import unpack_binlog_version
+from indexer.errors import DecodeError, OwnershipError
 from indexer.jobs.dlq import DeadLetter
 from indexer.jobs.ownership import look
 from indexer.jobs.table_reads import reads_for

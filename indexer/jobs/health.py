@@ -6,44 +6,43 @@ import asyncio
 import time
 from typing import Any
 
-import pymysql
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from indexer.core import canary, trees
 from indexer.core.canary import Beat, Sighting
-from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.core.events import EnvelopeDecoder
 from indexer.core.ownership import owner_of
+from indexer.errors import (
+    ConnectUnavailable,
+    DecodeError,
+    JoinError,
+    KafkaUnavailable,
+    MissingTable,
+    SearchUnavailable,
+)
 from indexer.jobs.ownership import look
 from indexer.jobs.schema_changes import missing_table
 from indexer.jobs.verify import record_problems
 from indexer.search.admin import alias_state
-from indexer.search.client import (
-    SearchClient,
-    SearchError,
-    SearchUnavailable,
-    TransportError,
-    quote,
-)
+from indexer.search.client import SearchClient, SearchError, TransportError, quote
 from indexer.search.state import StateStore
 from indexer.security import redact_url
-from indexer.settings import Config, ConfigError, TableConfig
+from indexer.settings import Config, TableConfig
 from indexer.source.canary_table import read_beat
-from indexer.source.connect import (
-    ConnectClient,
-    ConnectorState,
-    ConnectUnavailable,
-    connector_problems,
-)
-from indexer.source.kafka import TOPIC_HINT, KafkaUnavailable, client_security, probe
-from indexer.source.mysql import schema
-from indexer.source.mysql.trees import JoinError, load_tree
+from indexer.source.connect import ConnectClient, ConnectorState, connector_problems
+from indexer.source.kafka import TOPIC_HINT, client_security, probe
+from indexer.source.mysql import retry as mysql_retry
+from indexer.source.mysql.trees import load_tree
 from indexer.source.topics import TopicReader, age_s
 
 HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's heartbeat.topics.prefix default
 # Records read back from the canary topic's end for the group's newest beat: other groups'
 # beats share the topic, one every few seconds each.
 CANARY_SCAN = 500
+
+# A table's layout cannot be read: MySQL away or refusing, or the table is not there.
+_UNREADABLE: tuple[type[Exception], ...] = (LookupError, *mysql_retry.FAILURES)
 
 
 async def check_health(config: Config) -> list[str]:
@@ -106,11 +105,11 @@ async def missing_tables(config: Config) -> list[str]:
     async def missing(table: TableConfig) -> str | None:
         try:
             await asyncio.to_thread(load_tree, config.mysql, table)
-        except schema.MissingTable as exc:
+        except MissingTable as exc:
             return missing_table(config.mysql, table, exc)
         except JoinError as exc:
             return str(exc)
-        except (ConfigError, LookupError, pymysql.err.MySQLError, OSError):
+        except _UNREADABLE:
             return None
         return None
 
@@ -170,7 +169,7 @@ async def canary_report(config: Config) -> tuple[dict[str, Any] | None, list[str
     now_ms = int(time.time() * 1000)
     try:
         written, primary = await asyncio.to_thread(read_beat, config.canary_mysql, table, group)
-    except (ConfigError, pymysql.err.MySQLError, OSError) as exc:
+    except mysql_retry.FAILURES as exc:
         return None, [f"canary {table.name}: cannot read it from MySQL ({exc})"]
     # A server that is away is reported on its own; the canary says what the others show.
     indexed, index_read = None, True

@@ -13,14 +13,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from indexer.core.ownership import (
-    ADOPTION_SAMPLE,
-    Owner,
-    OwnershipError,
-    adoption_problem,
-    conflict,
-    owner_of,
-)
+from indexer.core.ownership import ADOPTION_SAMPLE, Owner, adoption_problem, conflict, owner_of
+from indexer.errors import OwnershipError
 from indexer.jobs.table_reads import reads_for
 from indexer.search.admin import alias_state, index_owners, record_owner, sample_documents
 from indexer.search.client import SearchClient

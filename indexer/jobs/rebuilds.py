@@ -29,20 +29,22 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-import pymysql
+from tenacity import RetryCallState
 
 from indexer.core import trees
 from indexer.core.documents import document_id
 from indexer.core.mappings import META_MAPPING, sync_alias
 from indexer.core.sources import parse_gtid
 from indexer.core.trees import Touch, Tree, Values
+from indexer.errors import ReplicaBehind
 from indexer.metrics import Metrics
 from indexer.outages import Outage
 from indexer.search.client import SearchClient
 from indexer.search.retry import retrying
 from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
-from indexer.settings import Config, ConfigError, TableConfig
+from indexer.settings import Config, TableConfig
 from indexer.source.mysql import connection
+from indexer.source.mysql import retry as mysql_retry
 from indexer.source.mysql import trees as tree_sql
 from indexer.source.mysql.connection import unreachable
 from indexer.source.mysql.trees import Connection, TreeRows
@@ -61,12 +63,7 @@ PROGRESS_EVERY_S = 10.0  # a fan-out's progress in the log
 TRUNCATION_LOG_EVERY_S = 600.0  # a children array cut at its cap is logged this often per path
 # MySQL errors a schema change causes: the tree's layouts are read again and the read retried
 # (a few times: a column still unknown after that is a fault of the configuration).
-SCHEMA_ERRORS = (1054, 1146)  # unknown column, unknown table
-MAX_RELOADS = 3
-# Errors about a value that another try will not mend (incorrect value, truncated value,
-# illegal mix of collations, invalid string): the change is dead-lettered. Other operational
-# errors (the server away, a deadlock, privileges) are waited out.
-PERMANENT_ERRORS = (1366, 1292, 1267, 1270, 1271, 1300, 1064)
+MAX_RELOADS = 3  # layouts read again for one change's columns or tables that are gone
 REBUILD_FAILED = "rebuild-failed"
 
 
@@ -88,10 +85,6 @@ class Writes(Protocol):
     """Where documents go (the daemon's bulk sink): ``write`` settles every op."""
 
     async def write(self, ops: Sequence[Op]) -> None: ...
-
-
-class TransientMySQL(Exception):
-    """MySQL could not answer now (away, restarting, a replica behind): try again."""
 
 
 class Rebuilds:
@@ -326,7 +319,7 @@ class Rebuilds:
         def read(rows: TreeRows, conn: Connection) -> list[trees.Assembled]:
             if gtids and self._is_replica(conn) and not tree_sql.wait_for(
                     conn, rows.tree.flavor, gtids):
-                raise TransientMySQL(f"the replica has not applied {', '.join(gtids.values())} "
+                raise ReplicaBehind(f"the replica has not applied {', '.join(gtids.values())} "
                                      f"within {tree_sql.REPLICA_WAIT_S} s")
             tree_sql.begin_snapshot(conn)
             try:
@@ -385,54 +378,42 @@ class Rebuilds:
     async def _mysql(self, alias: str,
                      work: Callable[[TreeRows, Connection], T]) -> T:
         """Runs ``work`` in a worker thread on a pooled connection: again after a transient
-        failure (MySQL away, a replica behind), and after reading the tree's layouts again
-        when a column or table it reads is gone; other errors are raised."""
-        attempt = reloads = 0
+        failure (MySQL away, a replica behind: MySQL's retry policy), and after reading the
+        tree's layouts again when a column or table it reads is gone; other errors are
+        raised."""
+        reloads = 0
         while True:
-            attempt += 1
-            rows = self._rows[alias]
             try:
-                done = await asyncio.to_thread(self._run, rows, work)
-                self._outage.ok()
-                return done
-            except pymysql.err.MySQLError as exc:
-                # pymysql's classes do not say which is which (an unknown column is an
-                # OperationalError like a lost connection): the server's code does.
-                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-                if code in SCHEMA_ERRORS and reloads < MAX_RELOADS:
-                    reloads += 1
-                    log.warning("joined documents of %s: %s; reading the layouts again", alias,
-                                exc.args[-1])
-                    await self._retry(alias, lambda: self._load(self._tables[alias]))
-                    continue
-                if code in SCHEMA_ERRORS or code in PERMANENT_ERRORS or not isinstance(
-                        exc, pymysql.err.OperationalError | pymysql.err.InterfaceError):
+                return await self._retried(
+                    alias, lambda: asyncio.to_thread(self._run, self._rows[alias], work))
+            except mysql_retry.QUERY_ERRORS as exc:
+                if not mysql_retry.schema_changed(exc) or reloads >= MAX_RELOADS:
                     raise
-                await self._wait(alias, exc, attempt)
-            except (ConfigError, TransientMySQL, OSError) as exc:
-                await self._wait(alias, exc, attempt)
+                reloads += 1
+                log.warning("joined documents of %s: %s; reading the layouts again", alias,
+                            exc.args[-1])
+                # A layout that cannot be read is tried again whatever the reason.
+                await self._retried(alias, lambda: self._load(self._tables[alias]),
+                                    retry_on=mysql_retry.failure)
 
-    async def _wait(self, alias: str, exc: BaseException, attempt: int) -> None:
-        wait = min(self._config.batch.max_backoff_s, 0.1 * 2 ** min(attempt, 10))
-        self._outage.failed(exc, "unreachable" if unreachable(exc) else "not answering")
-        log.debug("joined documents of %s: MySQL cannot answer now (%s); retry %d in %.1f s",
-                  alias, exc, attempt, wait)
-        await asyncio.sleep(wait)
+    async def _retried(self, alias: str, work: Callable[[], Awaitable[T]], *,
+                       retry_on: Callable[[BaseException], bool] = mysql_retry.transient) -> T:
+        def told(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            if unreachable(exc) or retry_on is mysql_retry.transient:
+                self._outage.failed(exc, "unreachable" if unreachable(exc) else "not answering")
+            else:  # a layout that cannot be read is no outage: said each time
+                log.warning("joined documents of %s: cannot read the layouts (%s); trying "
+                            "again", alias, exc)
+            log.debug("joined documents of %s: MySQL cannot answer now (%s); retry %d in "
+                      "%.1f s", alias, exc, state.attempt_number, state.upcoming_sleep)
 
-    async def _retry(self, alias: str, work: Callable[[], Awaitable[None]]) -> None:
-        for attempt in range(1, 1_000_000):
-            try:
-                await work()
-                self._outage.ok()
-                return
-            except (pymysql.err.MySQLError, ConfigError, OSError) as exc:
-                wait = min(self._config.batch.max_backoff_s, 0.1 * 2 ** min(attempt, 10))
-                if unreachable(exc):
-                    self._outage.failed(exc)
-                else:  # a layout that cannot be read is no outage: said each time
-                    log.warning("joined documents of %s: cannot read the layouts (%s); retry "
-                                "in %.1f s", alias, exc, wait)
-                await asyncio.sleep(wait)
+        async for attempt in mysql_retry.retrying(self._config.batch.max_backoff_s,
+                                                  retry_on=retry_on, before_sleep=told):
+            with attempt:
+                done = await work()
+        self._outage.ok()
+        return done
 
     def _run(self, rows: TreeRows, work: Callable[[TreeRows, Connection], T]) -> T:
         with self._pool.connection() as conn:
@@ -445,8 +426,8 @@ class Rebuilds:
 # Errors that another try will not mend (a value MySQL or a finisher refuses, a query MySQL
 # will not run): the change they come from is dead-lettered, not retried for ever. Transient
 # ones (MySQL away, a replica behind) never get here: _mysql retries them.
-_PERMANENT = (pymysql.err.MySQLError, ValueError, TypeError, KeyError, LookupError,
-              ArithmeticError)
+_PERMANENT: tuple[type[Exception], ...] = (
+    *mysql_retry.QUERY_ERRORS, ValueError, TypeError, KeyError, LookupError, ArithmeticError)
 
 
 def _fail(request: Request, exc: BaseException, doing: str) -> None:

@@ -28,6 +28,7 @@ from indexer.core.documents import META_FIELD, Write
 from indexer.core.layout import TableLayout
 from indexer.core.mappings import alias_of_index, swap_actions, sync_alias
 from indexer.core.ownership import owner_of
+from indexer.errors import ReindexError
 from indexer.jobs.ownership import claim
 from indexer.jobs.table_reads import Reads, reads_for
 from indexer.metrics import Metrics
@@ -50,10 +51,6 @@ log = logging.getLogger(__name__)
 
 # Pages of rows waiting for the writers: bounds memory whatever the table's size.
 QUEUE_PAGES = 4
-
-
-class ReindexError(RuntimeError):
-    pass
 
 
 @dataclass

@@ -15,8 +15,6 @@ import asyncio
 import logging
 from typing import Any
 
-import pymysql
-
 from indexer.core import field_types
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import (
@@ -29,14 +27,18 @@ from indexer.core.events import (
 from indexer.core.layout import Column, TableLayout
 from indexer.core.mappings import sync_alias
 from indexer.core.ownership import conflict, owner_in, owner_of
+from indexer.errors import ConfigError, MissingTable
 from indexer.metrics import Metrics
 from indexer.search import admin
 from indexer.search.client import SearchClient, SearchError
 from indexer.search.retry import retrying
-from indexer.settings import Config, ConfigError, MySQLSettings, TableConfig
+from indexer.settings import Config, MySQLSettings, TableConfig
+from indexer.source.mysql import retry as mysql_retry
 from indexer.source.mysql import schema
 
 log = logging.getLogger(__name__)
+# A table's layout cannot be read: MySQL away or refusing, or the table is not there.
+_UNREADABLE: tuple[type[Exception], ...] = (LookupError, *mysql_retry.FAILURES)
 
 
 class SchemaWatch:
@@ -85,8 +87,8 @@ class SchemaWatch:
         try:
             layout = await asyncio.to_thread(schema.read_layout, self._config.mysql,
                                              table.database, table.table)
-        except (ConfigError, LookupError, pymysql.err.MySQLError, OSError) as exc:
-            if at_start and isinstance(exc, schema.MissingTable):
+        except _UNREADABLE as exc:
+            if at_start and isinstance(exc, MissingTable):
                 raise ConfigError(missing_table(self._config.mysql, table, exc)) from exc
             if table.name not in self._unreadable:
                 log.warning("table %s: cannot read its columns from MySQL (%s): messages "

@@ -17,7 +17,8 @@ from aiokafka.structs import TopicPartition
 
 from indexer.core import trees
 from indexer.core.documents import META_FIELD
-from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.core.events import EnvelopeDecoder
+from indexer.errors import DecodeError
 from indexer.jobs.dlq import DeadLetter
 from indexer.jobs.health import canary_report, connectors, stall_problems
 from indexer.jobs.verify import record_problems

@@ -30,10 +30,10 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-import pymysql
 from aiokafka.errors import KafkaError
 
 from indexer.core.sources import gtid_set_reached
+from indexer.errors import ConnectUnavailable
 from indexer.jobs import chunk_check
 from indexer.jobs.chunk_check import Differences, Plan
 from indexer.jobs.ownership import claim
@@ -43,9 +43,10 @@ from indexer.search.client import SearchClient, quote
 from indexer.search.retry import transient
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
-from indexer.settings import Config, ConfigError, TableConfig, VerifySettings
-from indexer.source.connect import ConnectClient, ConnectUnavailable
+from indexer.settings import Config, TableConfig, VerifySettings
+from indexer.source.connect import ConnectClient
 from indexer.source.mysql import checksum_sql, connection, schema
+from indexer.source.mysql import retry as mysql_retry
 from indexer.source.mysql.connection import unreachable
 from indexer.source.topics import TopicReader
 
@@ -520,7 +521,7 @@ class Verifier:
         try:
             return await asyncio.to_thread(connection.gtid_position, self._config.mysql,
                                            self._config.tables[0].database)
-        except (ConfigError, pymysql.err.MySQLError, OSError):
+        except mysql_retry.FAILURES:
             return None
 
     async def _connector_reached(self, gtids: str) -> bool | None:

@@ -20,13 +20,13 @@ from indexer.core.field_types import SERVERS, Capabilities
 from indexer.core.mappings import (
     READ_FILTER,
     IndexDefinition,
-    MappingError,
     alias_actions_for_new,
     new_index_name,
     sync_alias,
     validate_definition,
 )
-from indexer.core.ownership import OWNER_META, Owner, OwnershipError, owner_in, owner_of
+from indexer.core.ownership import OWNER_META, Owner, owner_in, owner_of
+from indexer.errors import MappingError, OwnershipError
 from indexer.search.client import SearchClient, SearchError
 from indexer.search.servers import adapt_mappings
 from indexer.settings import Config, TableConfig

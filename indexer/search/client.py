@@ -30,10 +30,11 @@ from elastic_transport import (
 )
 from elastic_transport import OrjsonSerializer as _JsonSerializer
 
+from indexer.errors import ConfigError, SearchUnavailable
 from indexer.outages import Outage
 from indexer.search.servers import Server, identify
 from indexer.security import redact_url, tls_context, tls_reason
-from indexer.settings import ConfigError, ElasticsearchSettings
+from indexer.settings import ElasticsearchSettings
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,6 @@ UNAVAILABLE = frozenset({429, 502, 503, 504})
 # Search contexts of a scan live this long between pages.
 SCROLL_KEEPALIVE = "5m"
 SCAN_PAGE = 1000
-
-
-class SearchUnavailable(ConfigError):
-    """The server could not be reached at all (as opposed to refusing the settings)."""
 
 
 class SearchError(Exception):

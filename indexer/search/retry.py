@@ -14,6 +14,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from indexer.errors import SearchBusy
 from indexer.search.client import SearchError, TransportError
 
 # Waits start around this many seconds and double, with jitter, up to the caller's ceiling
@@ -21,14 +22,10 @@ from indexer.search.client import SearchError, TransportError
 FIRST_WAIT_S = 0.1
 
 
-class TransientError(Exception):
-    """The search server could not take the request now; try again."""
-
-
 def transient(exc: BaseException) -> bool:
     """Whether a request failed for now (the server away, busy with 429, failing with 5xx),
     as opposed to for good (a refused mapping or privilege)."""
-    return isinstance(exc, TransientError | TransportError) or (
+    return isinstance(exc, SearchBusy | TransportError) or (
         isinstance(exc, SearchError) and (exc.status >= 500 or exc.status == 429))
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from indexer.settings import ConfigError
+from indexer.errors import UnsupportedServer
 
 Distribution = Literal["elasticsearch", "opensearch"]
 
@@ -21,10 +21,6 @@ Distribution = Literal["elasticsearch", "opensearch"]
 SUPPORTED: dict[Distribution, tuple[int, ...]] = {"elasticsearch": (8, 9), "opensearch": (2, 3)}
 # Field types with another name on the other distribution: (Elasticsearch, OpenSearch).
 EQUIVALENT_TYPES = (("flattened", "flat_object"),)
-
-
-class UnsupportedServer(ConfigError):
-    """The server is not one indexer supports; the message says what was found."""
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,12 @@ from tenacity import RetryCallState
 from indexer.core.bulk import action_line
 from indexer.core.documents import Write
 from indexer.core.mappings import sync_alias
+from indexer.errors import NoTarget, SearchBusy
 from indexer.metrics import Metrics
 from indexer.outages import Outage
 from indexer.search.admin import alias_states, mark_missed_writes
 from indexer.search.client import SearchClient, SearchError, root_cause
-from indexer.search.retry import TransientError, retrying
+from indexer.search.retry import retrying
 from indexer.settings import ElasticsearchSettings
 
 log = logging.getLogger(__name__)
@@ -63,10 +64,6 @@ class Op:
     error_reason: str = ""
     attempts: int = 0
     server_errors: int = 0
-
-
-class NoTargetError(TransientError):
-    pass
 
 
 @dataclass
@@ -131,14 +128,14 @@ class ElasticsearchSink:
             with attempt:
                 pending = await self._write_round(pending)
                 if pending:
-                    raise TransientError(f"{len(pending)} items refused for now (429/5xx)")
+                    raise SearchBusy(f"{len(pending)} items refused for now (429/5xx)")
                 self._busy.ok()
 
     async def _write_round(self, pending: list[Op]) -> list[Op]:
         targets = await self.resolve({op.alias for op in pending if op.index is None})
         missing = sorted(alias for alias, indices in targets.items() if not indices)
         if missing:
-            raise NoTargetError(f"no index behind {', '.join(sync_alias(a) for a in missing)}; "
+            raise NoTarget(f"no index behind {', '.join(sync_alias(a) for a in missing)}; "
                                 "run `indexer mappings apply`")
         round_ = _Round()
         lines, parts = round_.lines, round_.parts
@@ -153,7 +150,7 @@ class ElasticsearchSink:
             response = await self.client.bulk(body, filter_path=BULK_FILTER)
         except SearchError as exc:
             if exc.status in RETRY_STATUSES or exc.status >= 500:
-                raise TransientError(f"bulk answered {exc.status}") from exc
+                raise SearchBusy(f"bulk answered {exc.status}") from exc
             raise
         finally:
             self._metrics.bulk_seconds.observe(perf_counter() - started)
@@ -166,7 +163,7 @@ class ElasticsearchSink:
         """Applies item results; returns the ops that must be sent again."""
         items = body.get("items", [])
         if len(items) != len(round_.lines):
-            raise TransientError(f"bulk answered {len(items)} items for {len(round_.lines)}")
+            raise SearchBusy(f"bulk answered {len(items)} items for {len(round_.lines)}")
         if body.get("errors") is False:  # every item 2xx: the common case, no per-item look
             for op, _ in round_.lines:
                 op.outcome = Outcome.WRITTEN
@@ -238,9 +235,9 @@ class ElasticsearchSink:
         cause = root_cause(exc) if exc else None
         detail = f" ({type(cause).__name__}: {cause})" if cause is not None and cause is not exc \
             else ""
-        if isinstance(exc, NoTargetError):
+        if isinstance(exc, NoTarget):
             self._busy.failed(exc, "has no index to write to")
-        elif isinstance(exc, TransientError) and exc.__cause__ is None:  # items, not the bulk
+        elif isinstance(exc, SearchBusy) and exc.__cause__ is None:  # items, not the bulk
             self._busy.failed(exc, "refusing writes for now")
         log.debug("bulk not written (%s: %s%s); retry %d in %.2fs", reason, exc, detail,
                   state.attempt_number, state.upcoming_sleep)

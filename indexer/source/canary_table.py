@@ -21,9 +21,10 @@ from typing import Any
 import pymysql
 
 from indexer.core.canary import Beat
+from indexer.errors import ConfigError, IntoReplica, MySQLUnreachable
 from indexer.metrics import Metrics
 from indexer.outages import Outage
-from indexer.settings import ConfigError, MySQLSettings, TableConfig
+from indexer.settings import MySQLSettings, TableConfig
 from indexer.source.mysql.connection import connect, quote, replicates_from, unreachable
 
 log = logging.getLogger(__name__)
@@ -47,11 +48,6 @@ def write_beat(conn: pymysql.connections.Connection[Any], table: TableConfig, gr
         cur.execute(f"INSERT INTO {_qualified(table)} (group_id, seq, beat_ms, writer) "
                     "VALUES (%s, 1, %s, %s) ON DUPLICATE KEY UPDATE seq = seq + 1, "
                     "beat_ms = %s, writer = %s", (group, now_ms, writer, now_ms, writer))
-
-
-class IntoReplica(Exception):
-    """The canary's server replicates from another: a beat written there would be an errant
-    transaction (a GTID of its own, which a fail-over to it then stumbles on)."""
 
 
 def read_beat(settings: MySQLSettings, table: TableConfig,
@@ -136,7 +132,8 @@ class CanaryWriter:
                 self._conn = conn
             write_beat(self._conn, self._table, self._group, self._writer,
                        int(time.time() * 1000))
-        except (pymysql.err.MySQLError, ConfigError, OSError, IntoReplica) as exc:
+        except (pymysql.err.MySQLError, ConfigError, OSError, IntoReplica,
+                MySQLUnreachable) as exc:
             if self._conn is not None:
                 with contextlib.suppress(Exception):
                     self._conn.close()

@@ -14,12 +14,9 @@ from typing import Any
 
 import aiohttp
 
+from indexer.errors import ConnectUnavailable
 from indexer.security import redact_url, tls_context, tls_reason
 from indexer.settings import ConnectSettings
-
-
-class ConnectUnavailable(Exception):
-    """The REST API did not answer, or refused the request."""
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,10 @@ from aiokafka.errors import (
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
+from indexer.errors import ConfigError, KafkaUnavailable
 from indexer.outages import Outage
 from indexer.security import tls_context
-from indexer.settings import ConfigError, KafkaSettings
+from indexer.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +119,6 @@ def client_security(settings: KafkaSettings) -> dict[str, Any]:
             options["sasl_plain_username"] = settings.sasl_username
             options["sasl_plain_password"] = settings.sasl_password.reveal()
     return options
-
-
-class KafkaUnavailable(ConfigError):
-    """No broker could be reached at all (as opposed to one refusing the settings)."""
 
 
 async def probe(settings: KafkaSettings) -> None:

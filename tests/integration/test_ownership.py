@@ -13,7 +13,8 @@ from typing import Any
 import pymysql
 import pytest
 
-from indexer.core.ownership import OWNER_META, OwnershipError
+from indexer.core.ownership import OWNER_META
+from indexer.errors import OwnershipError
 from indexer.jobs.reconcile import reconcile
 from indexer.search.client import SearchClient
 from tests.integration.conftest import (

@@ -17,7 +17,8 @@ import pytest
 
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import EnvelopeDecoder
-from indexer.jobs.reindex import ReindexError, delete_old, reindex, rollback
+from indexer.errors import ReindexError
+from indexer.jobs.reindex import delete_old, reindex, rollback
 from indexer.search.client import SearchClient
 from indexer.settings import ConnectorSettings
 from indexer.source.mysql import connection, schema, snapshots

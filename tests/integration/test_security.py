@@ -16,9 +16,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from indexer.errors import ConfigError
 from indexer.search.client import SearchClient, auth_header
 from indexer.security import Secret
-from indexer.settings import ConfigError, ElasticsearchSettings, MySQLSettings
+from indexer.settings import ElasticsearchSettings, MySQLSettings
 from indexer.source.kafka import probe
 from indexer.source.mysql import connection
 from tests.integration.conftest import (

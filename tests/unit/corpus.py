@@ -18,9 +18,10 @@ from indexer.core import compare, trees, values
 from indexer.core.bulk import action_line
 from indexer.core.checksums import content_hash, double_text, hash_text
 from indexer.core.documents import DocumentBuilder, document_id, pack_binlog_version
-from indexer.core.events import DecodeError, EnvelopeDecoder
+from indexer.core.events import EnvelopeDecoder
 from indexer.core.layout import Column, TableLayout
 from indexer.core.sources import Epoch
+from indexer.errors import DecodeError
 from indexer.settings import ConnectorSettings, JoinSettings, TableConfig, VersionSource
 
 FIXTURES = Path(__file__).parent / "fixtures"

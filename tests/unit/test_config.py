@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from indexer.config import build_config, load_config
-from indexer.settings import ConfigError
+from indexer.errors import ConfigError
 
 TABLE = {"name": "shop.items"}
 

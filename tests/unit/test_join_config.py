@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from indexer.config import build_config, load_config
-from indexer.settings import DEFAULT_CHILDREN_MAX, ConfigError, TableConfig
+from indexer.errors import ConfigError
+from indexer.settings import DEFAULT_CHILDREN_MAX, TableConfig
 
 SHOP = """
 [[tables]]

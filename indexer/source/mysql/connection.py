@@ -19,8 +19,9 @@ from typing import Any
 import pymysql
 
 from indexer.core.layout import Flavor, TableLayout
+from indexer.errors import ConfigError, MySQLUnreachable
 from indexer.security import tls_context, tls_reason
-from indexer.settings import ConfigError, MySQLSettings
+from indexer.settings import MySQLSettings
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,6 @@ def quote(identifier: str) -> str:
 # gone away, connection lost, shutting down, too many connections. Waited out, never told
 # as a configuration error.
 UNREACHABLE_CODES = frozenset({1040, 1053, 2002, 2003, 2006, 2013, 2055})
-
-
-class MySQLUnreachable(ConfigError):
-    """No MySQL server answered at the configured address (now)."""
 
 
 def unreachable(exc: BaseException | None) -> bool:

@@ -9,7 +9,8 @@ import pymysql
 
 from indexer.core.geometry import SPATIAL_TYPES
 from indexer.core.layout import Column, Flavor, TableLayout
-from indexer.settings import ConfigError, MySQLSettings
+from indexer.errors import ConfigError, MissingTable
+from indexer.settings import MySQLSettings
 from indexer.source.mysql.connection import connect, fetch_all, server_version
 
 
@@ -42,10 +43,6 @@ def table_layout(conn: pymysql.connections.Connection[Any], database: str, table
     if not layout.key:
         raise LookupError(f"table {database}.{table} has no primary key; documents need one")
     return layout
-
-
-class MissingTable(LookupError):
-    """MySQL has no such table (or database): a misspelt name in the configuration."""
 
 
 UNKNOWN_DATABASE = 1049  # ER_BAD_DB_ERROR

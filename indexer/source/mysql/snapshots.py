@@ -17,7 +17,8 @@ import pymysql.cursors
 
 from indexer.core.documents import document_id
 from indexer.core.layout import TableLayout
-from indexer.settings import ConfigError, MySQLSettings
+from indexer.errors import ConfigError
+from indexer.settings import MySQLSettings
 from indexer.source.mysql.connection import connect, fetch_all, qualified, quote
 from indexer.source.mysql.value_sql import finisher, id_sql, value_sql
 

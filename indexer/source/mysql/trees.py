@@ -20,7 +20,8 @@ import pymysql
 from indexer.core import tree_checks, trees
 from indexer.core.layout import Column, Flavor, Index, TableLayout
 from indexer.core.trees import Assembled, Matches, Node, Row, Tree, Values
-from indexer.settings import ConfigError, MySQLSettings, TableConfig
+from indexer.errors import JoinError
+from indexer.settings import MySQLSettings, TableConfig
 from indexer.source.mysql.connection import connect, quote
 from indexer.source.mysql.schema import table_layout
 from indexer.source.mysql.value_sql import finisher, sql_param, value_sql
@@ -50,10 +51,6 @@ def read_indexes(conn: Connection, database: str, table: str) -> list[Index]:
         columns, _ = found.setdefault(str(name), ([], not int(non_unique)))
         columns.append(str(column))
     return [Index(name, tuple(columns), unique) for name, (columns, unique) in found.items()]
-
-
-class JoinError(ConfigError):
-    """A table's joins cannot work against the tables MySQL has (the reasons, one each)."""
 
 
 def load_tree(settings: MySQLSettings, table: TableConfig) -> Tree:

@@ -10,7 +10,8 @@ import pytest
 from indexer.config import build_config
 from indexer.core import canary
 from indexer.core.canary import Beat, Sighting
-from indexer.settings import CanarySettings, ConfigError
+from indexer.errors import ConfigError
+from indexer.settings import CanarySettings
 
 NOW = 1_700_000_000_000
 SETTINGS = CanarySettings(interval_s=5, max_age_s=30)

@@ -7,15 +7,15 @@ from indexer.core.checksums import content_hash
 from indexer.core.documents import (
     KEY_BUCKETS,
     DocumentBuilder,
-    VersionError,
     column_version,
     document_id,
     key_bucket,
     pack_binlog_version,
 )
 from indexer.core.envelope import Position
-from indexer.core.events import Change, DecodeError
+from indexer.core.events import Change
 from indexer.core.versions import MAX_FILE, MAX_ROW, unpack_binlog_version
+from indexer.errors import DecodeError, VersionError
 from indexer.settings import TableConfig, VersionSource
 
 

@@ -2,7 +2,6 @@ import orjson
 import pytest
 
 from indexer.core.events import (
-    DecodeError,
     EnvelopeDecoder,
     Layout,
     LayoutChanged,
@@ -12,7 +11,8 @@ from indexer.core.events import (
     hinted_field_schema,
     layout_changes,
 )
-from indexer.settings import ConfigError, ConnectorSettings
+from indexer.errors import ConfigError, DecodeError
+from indexer.settings import ConnectorSettings
 from tests.unit.corpus import HINTS, SHAPES
 
 Messages = list[tuple[bytes | None, bytes | None]]

@@ -6,12 +6,12 @@ import pytest
 
 from indexer.core.mappings import (
     READ_FILTER,
-    MappingError,
     alias_of_index,
     new_index_name,
     swap_actions,
     validate_definition,
 )
+from indexer.errors import MappingError
 
 
 def test_index_names_round_trip() -> None:

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from indexer.build import load_native
 from indexer.core import native
 from indexer.core.documents import DocumentBuilder, pack_binlog_version
-from indexer.core.events import DecodeError, EnvelopeDecoder, LayoutChanged
+from indexer.core.events import EnvelopeDecoder, LayoutChanged
+from indexer.errors import DecodeError
 from indexer.settings import ConnectorSettings, TableConfig, VersionSource
 from tests.unit.corpus import POISON, messages, without_schemas
 

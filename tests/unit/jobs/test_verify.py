@@ -10,6 +10,7 @@ import pytest
 
 from indexer.config import build_config
 from indexer.core.layout import Column, TableLayout
+from indexer.errors import ConfigError
 from indexer.jobs.chunk_check import Difference, Plan, compare_hashes
 from indexer.jobs.table_reads import RowReads
 from indexer.jobs.verify import (
@@ -21,7 +22,7 @@ from indexer.jobs.verify import (
     slices,
     summary,
 )
-from indexer.settings import ConfigError, VerifySettings
+from indexer.settings import VerifySettings
 
 LAYOUT = TableLayout("db", "t", (Column("id", "int", "int(11)", 0, 1),))
 TABLE = build_config({"tables": [{"name": "db.t"}]}, Path()).tables[0]

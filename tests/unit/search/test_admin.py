@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.core.mappings import MappingError
+from indexer.errors import MappingError
 from indexer.search.admin import load_definition
 
 REPO = Path(__file__).parents[3]

@@ -2,7 +2,8 @@ from typing import Any
 
 import pytest
 
-from indexer.search.servers import Server, UnsupportedServer, adapt_mappings, identify
+from indexer.errors import UnsupportedServer
+from indexer.search.servers import Server, adapt_mappings, identify
 
 OPENSEARCH_ROOT = {"version": {"distribution": "opensearch", "number": "2.19.6"},
                    "tagline": "The OpenSearch Project: https://opensearch.org/"}
