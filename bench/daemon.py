@@ -55,7 +55,7 @@ from bench.common import (
 )
 from indexer.core.documents import DocumentBuilder
 from indexer.core.mappings import validate_definition
-from indexer.jobs.daemon import DECODE_SLICE
+from indexer.run.daemon import DECODE_SLICE
 from indexer.settings import (
     DEFAULT_BATCH_EVENTS,
     DEFAULT_IN_FLIGHT,
@@ -63,7 +63,7 @@ from indexer.settings import (
     TableConfig,
     VersionSource,
 )
-from indexer.source.kafka import KafkaSource
+from indexer.source.kafka.consumer import KafkaSource
 
 BULK_DOCS = DEFAULT_BATCH_EVENTS
 IN_FLIGHT = DEFAULT_IN_FLIGHT  # as many bulks at once as indexer: a ceiling, not a handicap

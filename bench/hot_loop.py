@@ -58,7 +58,7 @@ if sys.argv[2] == "native":
     from indexer.build import load_native
     from indexer.core import native
     from indexer.core.documents import Write, pack_binlog_version
-    from indexer.jobs.daemon import DECODE_SLICE
+    from indexer.run.daemon import DECODE_SLICE
     module = load_native()
     assert module is not None, "no native module"
     build += " + native"

@@ -21,8 +21,8 @@ from types import ModuleType
 # bookkeeping, source following and bulk settling): setup.py compiles these when it can.
 HOT_PATH = ("indexer.core.values", "indexer.core.checksums", "indexer.core.events",
             "indexer.core.documents", "indexer.core.versions", "indexer.core.sources",
-            "indexer.core.bulk", "indexer.core.trees", "indexer.jobs.follower",
-            "indexer.jobs.daemon", "indexer.search.sink")
+            "indexer.core.bulk", "indexer.core.trees", "indexer.run.follower",
+            "indexer.run.daemon", "indexer.search.sink")
 # The native per-batch path (native/), built by setup.py when cargo is there.
 NATIVE_MODULE = "indexer._native"
 

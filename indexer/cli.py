@@ -86,7 +86,7 @@ def _config(path: Path | None, level: str | None) -> Config:
 @app.command()
 def run(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Stream Debezium change events from Kafka into Elasticsearch until stopped."""
-    from indexer.jobs.daemon import Daemon
+    from indexer.run.daemon import Daemon
 
     cfg = _config(config, log_level)
     _tune_gc()

@@ -18,13 +18,13 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.settings import KafkaSettings
-from indexer.source.kafka import Producer, client_security, topic_partitions
+from indexer.source.kafka.consumer import Producer, client_security, topic_partitions
 
 log = logging.getLogger(__name__)
 
 PREFIX = "indexer."
 # On a replayed dead letter: "topic/partition/offset" of the original message, whose version
-# epoch the change keeps (indexer.jobs.follower).
+# epoch the change keeps (indexer.run.follower).
 REPLAY_HEADER = PREFIX + "replay.of"
 # Reasons longer than this are cut: a header is no place for a 1 MB document echo.
 MAX_REASON = 4000

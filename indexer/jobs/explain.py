@@ -31,7 +31,7 @@ from indexer.search.client import SearchClient
 from indexer.search.sink import MAPPING_CONFLICT, MAPPING_ERRORS
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig, VersionSource
-from indexer.source.topics import Record, TopicReader, iso_time
+from indexer.source.kafka.topics import Record, TopicReader, iso_time
 
 EVENTS_SHOWN = 5  # the key's most recent events listed
 # Records read per partition looking for the key: ~3 s here (a 200,000-event topic: 4.5 s

@@ -13,6 +13,7 @@ from indexer.core import canary, trees
 from indexer.core.canary import Beat, Sighting
 from indexer.core.events import EnvelopeDecoder
 from indexer.core.ownership import owner_of
+from indexer.core.verification import record_problems
 from indexer.errors import (
     ConnectUnavailable,
     DecodeError,
@@ -22,19 +23,18 @@ from indexer.errors import (
     SearchUnavailable,
 )
 from indexer.jobs.ownership import look
-from indexer.jobs.schema_changes import missing_table
-from indexer.jobs.verify import record_problems
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient, SearchError, TransportError, quote
 from indexer.search.state import StateStore
 from indexer.security import redact_url
 from indexer.settings import Config, TableConfig
 from indexer.source.canary_table import read_beat
-from indexer.source.connect import ConnectClient, ConnectorState, connector_problems
-from indexer.source.kafka import TOPIC_HINT, client_security, probe
+from indexer.source.kafka.connect import ConnectClient, ConnectorState, connector_problems
+from indexer.source.kafka.consumer import TOPIC_HINT, client_security, probe
+from indexer.source.kafka.topics import TopicReader, age_s
 from indexer.source.mysql import retry as mysql_retry
+from indexer.source.mysql.schema import missing_table
 from indexer.source.mysql.trees import load_tree
-from indexer.source.topics import TopicReader, age_s
 
 HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's heartbeat.topics.prefix default
 # Records read back from the canary topic's end for the group's newest beat: other groups'

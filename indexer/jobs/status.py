@@ -18,15 +18,15 @@ from aiokafka.structs import TopicPartition
 from indexer.core import trees
 from indexer.core.documents import META_FIELD
 from indexer.core.events import EnvelopeDecoder
+from indexer.core.verification import record_problems
 from indexer.errors import DecodeError
 from indexer.jobs.dlq import DeadLetter
 from indexer.jobs.health import canary_report, connectors, stall_problems
-from indexer.jobs.verify import record_problems
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
-from indexer.source.topics import PartitionLag, Record, TopicReader, iso_time
+from indexer.source.kafka.topics import PartitionLag, Record, TopicReader, iso_time
 
 
 @dataclass

@@ -30,10 +30,10 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from indexer.config import build_config
 from indexer.core.documents import META_FIELD
 from indexer.errors import ConfigError
-from indexer.jobs.daemon import Daemon
+from indexer.run.daemon import Daemon
 from indexer.search.client import SearchClient
 from indexer.settings import Config
-from indexer.source.kafka import client_security
+from indexer.source.kafka.consumer import client_security
 from indexer.source.mysql import connection
 
 REPO = Path(__file__).parents[2]

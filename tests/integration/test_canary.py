@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from indexer.core.canary import Beat
-from indexer.jobs.daemon import Daemon
 from indexer.jobs.health import canary_report, check_health
 from indexer.jobs.status import gather
+from indexer.run.daemon import Daemon
 from indexer.search.client import SearchClient, quote
 from indexer.settings import Config
 from indexer.source.canary_table import read_beat

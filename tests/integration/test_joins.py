@@ -24,10 +24,10 @@ import pytest
 
 from indexer.config import build_config
 from indexer.errors import ConfigError
-from indexer.jobs import rebuilds
 from indexer.jobs.explain import explain
 from indexer.jobs.reconcile import reconcile
 from indexer.jobs.reindex import reindex
+from indexer.run import rebuilds
 from indexer.search.client import SearchClient
 from indexer.settings import Config
 from indexer.source.mysql.trees import TreeRows, load_tree

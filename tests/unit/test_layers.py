@@ -20,9 +20,10 @@ RANKS = {
     "core": 3,
     "search": 4, "source": 4,
     "jobs": 5,
-    "report": 6,
-    "cli": 7,
-    "__main__": 8,
+    "run": 6,
+    "report": 7,
+    "cli": 8,
+    "__main__": 9,
 }
 IO_LIBRARIES = {"aiokafka", "aiohttp", "asyncio", "elastic_transport", "prometheus_client",
                 "pymysql", "socket", "ssl", "subprocess"}

@@ -10,7 +10,7 @@ import pymysql
 from indexer.core.geometry import SPATIAL_TYPES
 from indexer.core.layout import Column, Flavor, TableLayout
 from indexer.errors import ConfigError, MissingTable
-from indexer.settings import MySQLSettings
+from indexer.settings import MySQLSettings, TableConfig
 from indexer.source.mysql.connection import connect, fetch_all, server_version
 
 
@@ -123,3 +123,9 @@ def changed_column(settings: MySQLSettings, layout: TableLayout,
     if not leading:
         return None, f"column {wanted} has no index of its own (each look would scan the table)"
     return wanted, ""
+
+
+def missing_table(mysql: MySQLSettings, table: TableConfig, why: Exception) -> str:
+    """One line naming a configured table MySQL does not have, and what to check."""
+    return (f"table {table.name}: MySQL at {mysql.host}:{mysql.port} says: {why}; check the "
+            "[[tables]] entry's database and table (names are case-sensitive on Linux)")

@@ -18,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.settings import KafkaSettings
-from indexer.source.kafka import client_security, partition_numbers, probe
+from indexer.source.kafka.consumer import client_security, partition_numbers, probe
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 # One partition is read at a time: a megabyte per fetch keeps a scan's memory small (a

@@ -12,9 +12,9 @@ import pytest
 
 from indexer.config import build_config
 from indexer.core.trees import Touch, Values
-from indexer.jobs import rebuilds as rebuilds_module
-from indexer.jobs.rebuilds import REBUILD_FAILED, Rebuilds, Request
 from indexer.metrics import Metrics
+from indexer.run import rebuilds as rebuilds_module
+from indexer.run.rebuilds import REBUILD_FAILED, Rebuilds, Request
 
 CONFIG = build_config({"tables": [{"name": "shop.products", "lookups": {"category": {
     "table": "categories", "on": {"category_id": "id"}}}}]}, Path())

@@ -43,12 +43,12 @@ from indexer.search.client import SearchClient, quote
 from indexer.search.retry import transient
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
-from indexer.settings import Config, TableConfig, VerifySettings
-from indexer.source.connect import ConnectClient
+from indexer.settings import Config, TableConfig
+from indexer.source.kafka.connect import ConnectClient
+from indexer.source.kafka.topics import TopicReader
 from indexer.source.mysql import checksum_sql, connection, schema
 from indexer.source.mysql import retry as mysql_retry
 from indexer.source.mysql.connection import unreachable
-from indexer.source.topics import TopicReader
 
 log = logging.getLogger(__name__)
 
@@ -108,31 +108,6 @@ def summary(found: Differences) -> str:
     more = f" and {len(ids) - IDS_LOGGED:,} more" if len(ids) > IDS_LOGGED else ""
     return (", ".join(f"{k} {n:,}" for k, n in kinds.items()) + ": "
             + ", ".join(f"{i} ({found[i].kind})" for i in ids[:IDS_LOGGED]) + more)
-
-
-def record_problems(table: TableConfig, record: dict[str, Any] | None,
-                    settings: VerifySettings, now_s: float | None = None) -> list[str]:
-    """What a table's verification record says is wrong: rows found differing and not
-    repaired, or (verification on) no whole pass for two periods."""
-    if not record:
-        return []
-    found = []
-    unrepaired: dict[str, str] = record.get("unrepaired", {})
-    if count := int(record.get("unrepaired_count", 0)):
-        sample = ", ".join(f"{i} ({k})" for i, k in list(unrepaired.items())[:5])
-        fix = "" if record.get("repair") else ", or set verify.repair = true"
-        found.append(f"{table.name}: {count:,} rows differ from MySQL (found "
-                     f"{record.get('found_at') or record.get('reconciled_at') or '-'}; e.g. "
-                     f"{sample}): `indexer explain {table.table} <id>` says why, `indexer "
-                     f"reconcile --repair {table.table}` repairs them{fix}")
-    if settings.enabled:
-        now_s = time.time() if now_s is None else now_s
-        last = record.get("last_pass_at") or record.get("pass_started_at")
-        if last and now_s - datetime.fromisoformat(last).timestamp() > 2 * settings.period_s:
-            found.append(f"{table.name}: no whole verification pass since {last} (verify."
-                         f"period_s is {settings.period_s:g} s): is `indexer run` running? Its "
-                         "log says why verification paused")
-    return found
 
 
 def resumable(record: dict[str, Any], period_s: float, now_s: float) -> int | None:

@@ -32,7 +32,7 @@ from indexer.metrics import Metrics
 from indexer.search import admin
 from indexer.search.client import SearchClient, SearchError
 from indexer.search.retry import retrying
-from indexer.settings import Config, MySQLSettings, TableConfig
+from indexer.settings import Config, TableConfig
 from indexer.source.mysql import retry as mysql_retry
 from indexer.source.mysql import schema
 
@@ -89,7 +89,7 @@ class SchemaWatch:
                                              table.database, table.table)
         except _UNREADABLE as exc:
             if at_start and isinstance(exc, MissingTable):
-                raise ConfigError(missing_table(self._config.mysql, table, exc)) from exc
+                raise ConfigError(schema.missing_table(self._config.mysql, table, exc)) from exc
             if table.name not in self._unreadable:
                 log.warning("table %s: cannot read its columns from MySQL (%s): messages "
                             "without schemas are decoded with column_types hints only, and "
@@ -146,12 +146,6 @@ class SchemaWatch:
                 log.info("table %s: mapped new fields in %s: %s", table.name, index,
                          ", ".join(f"{f} ({spec['type']})" for f, spec in new.items()))
         return sorted(mapped)
-
-
-def missing_table(mysql: MySQLSettings, table: TableConfig, why: Exception) -> str:
-    """One line naming a configured table MySQL does not have, and what to check."""
-    return (f"table {table.name}: MySQL at {mysql.host}:{mysql.port} says: {why}; check the "
-            "[[tables]] entry's database and table (names are case-sensitive on Linux)")
 
 
 def column_hints(layout: TableLayout) -> dict[str, str]:

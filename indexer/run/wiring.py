@@ -2,7 +2,7 @@
 dead-letter producer, follower, schema watch), each table's decoder and document builder, and
 the factory that opens the real ones beside the canary's writer and continuous verification.
 
-Apart from the loop (indexer.jobs.daemon, compiled): a factory is an async generator, which
+Apart from the loop (indexer.run.daemon, compiled): a factory is an async generator, which
 mypyc does not compile, and a test gives the loop parts of its own.
 """
 
@@ -22,19 +22,19 @@ from aiokafka.structs import TopicPartition
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
 from indexer.core.trees import Touch
-from indexer.jobs.follower import Follower
 from indexer.jobs.ownership import claim
-from indexer.jobs.rebuilds import Rebuilds, Request
-from indexer.jobs.schema_changes import SchemaWatch
-from indexer.jobs.verify import Verifier
 from indexer.metrics import Metrics
 from indexer.outages import Outages
+from indexer.run.follower import Follower
+from indexer.run.rebuilds import Rebuilds, Request
+from indexer.run.schema_changes import SchemaWatch
+from indexer.run.verify import Verifier
 from indexer.search.admin import ensure_table_index
 from indexer.search.sink import ElasticsearchSink, Op
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
 from indexer.source.canary_table import CanaryWriter, writer_name
-from indexer.source.kafka import (
+from indexer.source.kafka.consumer import (
     TOPIC_HINT,
     KafkaSource,
     Producer,
@@ -82,7 +82,7 @@ class DeadLetters(Protocol):
 
 
 class Rebuilder(Protocol):
-    """What rebuilds joined documents (:class:`~indexer.jobs.rebuilds.Rebuilds`)."""
+    """What rebuilds joined documents (:class:`~indexer.run.rebuilds.Rebuilds`)."""
 
     def touch(self, alias: str, table: str, before: Mapping[str, Any] | None,
               after: Mapping[str, Any] | None) -> Touch: ...
@@ -92,7 +92,7 @@ class Rebuilder(Protocol):
 
 
 class Schemas(Protocol):
-    """What a new row layout does (:class:`~indexer.jobs.schema_changes.SchemaWatch`)."""
+    """What a new row layout does (:class:`~indexer.run.schema_changes.SchemaWatch`)."""
 
     async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,
                       change: LayoutChanged) -> None: ...

@@ -10,14 +10,14 @@ import pytest
 
 from indexer.config import build_config
 from indexer.core.layout import Column, TableLayout
+from indexer.core.verification import record_problems
 from indexer.errors import ConfigError
 from indexer.jobs.chunk_check import Difference, Plan, compare_hashes
 from indexer.jobs.table_reads import RowReads
-from indexer.jobs.verify import (
+from indexer.run.verify import (
     believed,
     next_since,
     pause_s,
-    record_problems,
     resumable,
     slices,
     summary,

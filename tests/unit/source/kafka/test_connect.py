@@ -1,4 +1,4 @@
-from indexer.source.connect import (
+from indexer.source.kafka.connect import (
     ConnectorState,
     TaskState,
     connector_problems,

@@ -27,14 +27,14 @@ from indexer.core.linger import Linger
 from indexer.core.sources import EPOCH_ZERO
 from indexer.errors import DecodeError
 from indexer.jobs.dlq import dead_letter_for
-from indexer.jobs.follower import NotFollowed, SwitchFound
-from indexer.jobs.parts import Parts, PartsFactory, open_parts
-from indexer.jobs.rebuilds import Request
 from indexer.metrics import Metrics
+from indexer.run.follower import NotFollowed, SwitchFound
+from indexer.run.rebuilds import Request
+from indexer.run.wiring import Parts, PartsFactory, open_parts
 from indexer.search.retry import retrying, transient
 from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
 from indexer.settings import Config, TableConfig
-from indexer.source.kafka import Records
+from indexer.source.kafka.consumer import Records
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class _Place:
 
 @dataclass
 class _Table:
-    """A table's parts (:class:`~indexer.jobs.parts.TableParts`), a native class of the
+    """A table's parts (:class:`~indexer.run.wiring.TableParts`), a native class of the
     compiled loop: every event reads its fields."""
 
     config: TableConfig

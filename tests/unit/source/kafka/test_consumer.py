@@ -8,7 +8,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.outages import Outage
 from indexer.settings import KafkaSettings
-from indexer.source.kafka import KafkaSource, Records, library_errors_told, topics_pattern
+from indexer.source.kafka.consumer import KafkaSource, Records, library_errors_told, topics_pattern
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 

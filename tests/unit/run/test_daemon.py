@@ -21,14 +21,14 @@ from indexer.core import native as native_module
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
 from indexer.core.sources import Registry
 from indexer.core.trees import Touch
-from indexer.jobs.daemon import Daemon
-from indexer.jobs.follower import Follower
-from indexer.jobs.parts import Parts
-from indexer.jobs.rebuilds import Request
 from indexer.metrics import Metrics
+from indexer.run.daemon import Daemon
+from indexer.run.follower import Follower
+from indexer.run.rebuilds import Request
+from indexer.run.wiring import Parts
 from indexer.search.sink import Op, Outcome
 from indexer.settings import Config, TableConfig
-from indexer.source.kafka import Records, RevokeHook
+from indexer.source.kafka.consumer import Records, RevokeHook
 from tests.unit.corpus import POISON, messages
 
 T = TypeVar("T")
