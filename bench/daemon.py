@@ -28,7 +28,6 @@ from typing import Any
 import aiohttp
 import orjson
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.structs import TopicPartition
 
 from bench.common import (
     BASE,
@@ -55,6 +54,7 @@ from bench.common import (
 )
 from indexer.core.documents import DocumentBuilder
 from indexer.core.mappings import validate_definition
+from indexer.core.streams import Stream
 from indexer.run.daemon import DECODE_SLICE
 from indexer.settings import (
     DEFAULT_BATCH_EVENTS,
@@ -123,7 +123,7 @@ async def io_floor(topic: str, n: int, bodies: list[bytes]) -> tuple[float, floa
     committed in order, but each batch's prebuilt body posted instead of decoding the events.
     What the client core has left beside this is what decoding may spend."""
 
-    async def no_revoke_hook(revoked: set[TopicPartition]) -> None:
+    async def no_revoke_hook(revoked: set[Stream]) -> None:
         pass
 
     settings = KafkaSettings(bootstrap_servers=KAFKA, group_id=unique("bench-floor"))
@@ -135,7 +135,7 @@ async def io_floor(topic: str, n: int, bodies: list[bytes]) -> tuple[float, floa
         async with search_client() as client, \
                 KafkaSource(settings, [topic], no_revoke_hook) as source:
 
-            async def post(body: bytes, offsets: dict[TopicPartition, int],
+            async def post(body: bytes, offsets: dict[Stream, int],
                            previous: asyncio.Task[None] | None) -> None:
                 try:
                     answer = await client.bulk(body, index=index, filter_path="errors")
@@ -148,15 +148,15 @@ async def io_floor(topic: str, n: int, bodies: list[bytes]) -> tuple[float, floa
 
             seen, started, cpu = 0, 0.0, 0.0
             for body in bodies:
-                offsets: dict[TopicPartition, int] = {}
+                offsets: dict[Stream, int] = {}
                 batch_end = min(seen + BULK_DOCS, n)
                 while seen < batch_end:
                     records = await source.fetch(min(DECODE_SLICE, batch_end - seen), 500)
                     if records and not started:
                         started, cpu = time.perf_counter(), time.process_time()
-                    for tp, part in records.items():
+                    for stream, part in records.items():
                         seen += len(part)
-                        offsets[tp] = part[-1].offset + 1
+                        offsets[stream] = part[-1].position + 1
                 await slots.acquire()
                 posts.append(asyncio.create_task(
                     post(body, offsets, posts[-1] if posts else None)))

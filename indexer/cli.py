@@ -18,13 +18,12 @@ from rich.markup import escape
 
 from indexer import logs
 from indexer.config import load_config
-from indexer.core.sources import Registry
 from indexer.errors import ConfigError, IndexerError, MappingError
 from indexer.security import Redactor
 from indexer.settings import Config, TableConfig
 
 if TYPE_CHECKING:
-    from indexer.core.trees import Tree
+    pass
 
 app = typer.Typer(help="Keeps Elasticsearch in sync with MySQL/MariaDB via Debezium.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -222,14 +221,12 @@ def reconcile(
     log_level: LogLevel = None,
 ) -> None:
     """Compare MySQL with the index: exit 0 when they match, 1 on drift, 2 on errors."""
-    import orjson
-
+    from indexer import report
     from indexer.jobs import reconcile as checker
     from indexer.progress import reindex_progress
-    from indexer.report import html, terminal
 
     cfg = _config(config, log_level)
-    _check_format(output_format, ("text", "json", "html"))
+    _check_format(output_format, report.FORMATS)
     selected = _select(cfg, tables, all_tables)
     reports = []
     failed: dict[str, str] = {}  # table -> why it was not reconciled; the others still are
@@ -243,20 +240,7 @@ def reconcile(
             if len(selected) == 1:
                 raise
             err.print(f"[red]{table.name}: not reconciled[/red]; going on with the others")
-    if output_format == "text" and output:
-        with output.open("w", encoding="utf-8") as file:
-            terminal.render(Console(file=file), reports)
-    elif output_format == "text":
-        terminal.render(Console(), reports)
-    else:
-        text = (orjson.dumps({"tables": [r.as_json() for r in reports],
-                              "errors": [{"table": t, "error": e} for t, e in failed.items()]},
-                             option=orjson.OPT_INDENT_2).decode()
-                if output_format == "json" else html.render(reports))
-        if output:
-            output.write_text(text, encoding="utf-8")
-        else:
-            sys.stdout.write(text + "\n")
+    report.write(reports, failed, output_format, output, Console())
     if failed:
         err.print(f"[red]error:[/red] not reconciled: {', '.join(failed)}")
         raise typer.Exit(EXIT_ERROR)
@@ -273,28 +257,27 @@ def mappings_validate(
 ) -> None:
     """Check every table's mapping file, and each mapping against the live table: every
     column whose values it would refuse or lose. Exit 0 fits, 1 would refuse or lose, 2 error."""
-    from indexer.core.tree_mappings import check
-    from indexer.search.admin import definition_for
+    from indexer.jobs.mappings import validate
 
     cfg = _config(config, log_level)
     failed = False
     for table in cfg.tables:
         try:
-            definition = definition_for(cfg, table)
+            found = _run(cfg, validate(cfg, table, files_only=files_only), passes=(MappingError,))
         except MappingError as exc:
             err.print(f"[red]invalid mapping:[/red] {escape(str(exc))}")
             raise typer.Exit(EXIT_ERROR) from exc
         if files_only:
-            err.print(f"{table.name}: {definition.source} ok")
+            err.print(f"{table.name}: {found.source} ok")
             continue
-        problems, notes = check(_tree(cfg, table), definition.mappings, table.new_columns)
-        for note in notes:
+        for note in found.notes:
             err.print(f"{table.name}: note: {escape(note)}")
-        for problem in problems:
+        for problem in found.problems:
             err.print(f"[red]{table.name}:[/red] {escape(problem)}")
-        failed = failed or bool(problems)
-        err.print(f"{table.name}: {definition.source} "
-                  + ("[red]refuses or loses values[/red]" if problems else "fits the table"))
+        failed = failed or bool(found.problems)
+        err.print(f"{table.name}: {found.source} "
+                  + ("[red]refuses or loses values[/red]" if found.problems
+                     else "fits the table"))
     if failed:
         raise typer.Exit(EXIT_DRIFT)
 
@@ -313,26 +296,17 @@ def mappings_generate(
     """A mapping for each table from its columns in MySQL (include/exclude/rename applied)."""
     import orjson
 
-    from indexer.core.field_types import SERVERS, Capabilities
-    from indexer.core.tree_mappings import generate
-    from indexer.search.admin import field_capabilities
-    from indexer.search.client import SearchClient
+    from indexer.core.field_types import SERVERS
+    from indexer.jobs.mappings import capabilities, generated
 
     cfg = _config(config, log_level)
     selected = _select(cfg, tables, all_tables)
     if server is not None and server not in SERVERS:
         err.print(f"[red]--server is one of {', '.join(SERVERS)}[/red]")
         raise typer.Exit(EXIT_ERROR)
-
-    async def capabilities() -> Capabilities:
-        if server is not None:
-            return SERVERS[server]
-        async with SearchClient(cfg.elasticsearch) as client:
-            return await field_capabilities(client, selected[0].alias)
-
-    caps = _run(cfg, capabilities())
+    caps = _run(cfg, capabilities(cfg, server, selected[0].alias))
     for table in selected:
-        text = orjson.dumps(generate(_tree(cfg, table), caps),
+        text = orjson.dumps(_run(cfg, generated(cfg, table, caps)),
                             option=orjson.OPT_INDENT_2).decode() + "\n"
         if write:
             path = cfg.elasticsearch.mappings_dir / table.mapping
@@ -349,21 +323,12 @@ def mappings_apply(
     log_level: LogLevel = None,
 ) -> None:
     """Create each table's versioned index and aliases from its mapping file, if missing."""
-    from indexer.jobs.ownership import claim
-    from indexer.search.admin import ensure_table_index
-    from indexer.search.client import SearchClient
+    from indexer.jobs.mappings import apply
 
     cfg = _config(config, log_level)
     tables = [_table(cfg, t) for t in table] if table else list(cfg.tables)
-
-    async def main() -> None:
-        async with SearchClient(cfg.elasticsearch) as client:
-            for t in tables:
-                await claim(cfg, client, t)
-                state = await ensure_table_index(client, cfg, t)
-                err.print(f"{t.name}: alias {t.alias} -> {', '.join(state.live)}")
-
-    _run(cfg, main())
+    for t, state in zip(tables, _run(cfg, apply(cfg, tables)), strict=True):
+        err.print(f"{t.name}: alias {t.alias} -> {', '.join(state.live)}")
 
 
 @mappings_app.command("adopt")
@@ -377,23 +342,17 @@ def mappings_adopt(
 ) -> None:
     """Record each table as the owner of the indices behind its alias (those made before
     indexer recorded owners, or with --force another's)."""
-    from indexer.jobs.ownership import adopt
-    from indexer.search.client import SearchClient
+    from indexer.jobs.mappings import adopt_all
 
     cfg = _config(config, log_level)
     selected = _select(cfg, tables, all_tables)
-
-    async def main() -> None:
-        async with SearchClient(cfg.elasticsearch) as client:
-            for t in selected:
-                changed = await adopt(cfg, client, t, force=force)
-                for index, before in changed:
-                    was = "no owner recorded" if before is None else f"was {before.describe()}"
-                    err.print(f"{t.name}: {index} recorded as {t.name}'s ({was})")
-                if not changed:
-                    err.print(f"{t.name}: every index behind {t.alias} is already its own")
-
-    _run(cfg, main())
+    for t, changed in zip(selected, _run(cfg, adopt_all(cfg, selected, force=force)),
+                          strict=True):
+        for index, before in changed:
+            was = "no owner recorded" if before is None else f"was {before.describe()}"
+            err.print(f"{t.name}: {index} recorded as {t.name}'s ({was})")
+        if not changed:
+            err.print(f"{t.name}: every index behind {t.alias} is already its own")
 
 
 @dlq_app.command("replay")
@@ -406,18 +365,11 @@ def dlq_replay(
     log_level: LogLevel = None,
 ) -> None:
     """Re-deliver dead letters to their source topics (after fixing what failed)."""
-    from datetime import UTC
-
-    from indexer.core.trees import tree_topics
-    from indexer.jobs.dlq import ReplayFilter, replay
+    from indexer.jobs.dlq import replay
 
     cfg = _config(config, log_level)
-    # A joined table's letters come from every table of its tree.
-    topics = frozenset(topic for t in table or [] for topic in tree_topics(_table(cfg, t)))
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)
-    selection = ReplayFilter(topics=topics, kinds=frozenset(kind or []), since=since)
-    report = _run(cfg, replay(cfg.kafka, selection, dry_run=dry_run))
+    selected = [_table(cfg, t) for t in table or []]
+    report = _run(cfg, replay(cfg, selected, kind or [], since, dry_run=dry_run))
     err.print(f"read {report.read}, matched {report.matched}, replayed {report.replayed}, "
               f"unreadable {report.unreadable}")
 
@@ -425,42 +377,31 @@ def dlq_replay(
 @tombstones_app.command("purge")
 def tombstones_purge(config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Delete tombstones older than deletes.tombstone_retention_s."""
-    import time
-
-    from indexer.jobs.ownership import claim
-    from indexer.search.admin import purge_tombstones
-    from indexer.search.client import SearchClient
+    from indexer.jobs.mappings import purge
 
     cfg = _config(config, log_level)
-    cutoff_ms = int((time.time() - cfg.deletes.tombstone_retention_s) * 1000)
-
-    async def main() -> None:
-        async with SearchClient(cfg.elasticsearch) as client:
-            for t in cfg.tables:
-                await claim(cfg, client, t)
-                purged = await purge_tombstones(client, t.alias, cutoff_ms)
-                err.print(f"{t.name}: purged {purged} tombstones")
-
-    _run(cfg, main())
+    for t, purged in zip(cfg.tables, _run(cfg, purge(cfg)), strict=True):
+        err.print(f"{t.name}: purged {purged} tombstones")
 
 
 @source_app.command("status")
 def source_status(tables: TablesArg = None, all_tables: AllTables = False,
                   config: ConfigOption = None, log_level: LogLevel = None) -> None:
-    """Each table's version epochs, partition cursors and the switches not acknowledged."""
+    """Each table's version epochs, stream cursors and the switches not acknowledged."""
+    from indexer.jobs.sources import registries
 
-    def show(table: TableConfig, registry: Registry) -> None:
+    cfg = _config(config, log_level)
+    selected = _select(cfg, tables, all_tables)
+    for table, registry in zip(selected, _run(cfg, registries(cfg, selected)), strict=True):
         err.print(f"{table.name}: version epoch {registry.current.number}, "
                   f"{len(registry.epochs) - 1} source switches seen")
         for key, cursor in sorted(registry.cursors.items()):
-            err.print(f"  {key}: offset {cursor.offset}, {cursor.describe()}, "
+            err.print(f"  {key}: position {cursor.position}, {cursor.describe()}, "
                       f"epoch {cursor.epoch}")
         for switch in registry.unacknowledged:
             err.print(f"  [red]not acknowledged:[/red] {switch['at']} "
                       f"{escape(switch['where'])}: {escape(switch['reason'])} "
                       f"(epoch {switch['epoch']})")
-
-    _each_registry(config, log_level, tables, all_tables, show)
 
 
 @source_app.command("ack")
@@ -468,41 +409,12 @@ def source_ack(tables: TablesArg = None, all_tables: AllTables = False,
                config: ConfigOption = None, log_level: LogLevel = None) -> None:
     """Acknowledge the source switches seen (after checking with `indexer reconcile`):
     `indexer check` is healthy again."""
-
-    def acknowledge(table: TableConfig, registry: Registry) -> None:
-        err.print(f"{table.name}: {registry.acknowledge()} source switches acknowledged")
-
-    _each_registry(config, log_level, tables, all_tables, acknowledge, store=True)
-
-
-def _each_registry(config: Path | None, log_level: str | None, tables: list[str] | None,
-                   all_tables: bool, act: Callable[[TableConfig, Registry], None], *,
-                   store: bool = False) -> None:
-    """Runs ``act`` on each selected table's source registry (and stores it if ``store``)."""
-    from indexer.search.client import SearchClient
-    from indexer.search.state import StateStore
+    from indexer.jobs.sources import acknowledge
 
     cfg = _config(config, log_level)
     selected = _select(cfg, tables, all_tables)
-
-    async def main() -> None:
-        async with SearchClient(cfg.elasticsearch) as client:
-            state = StateStore(client)
-            for t in selected:
-                if store:
-                    await state.update(t.alias, lambda r, t=t: act(t, r))  # type: ignore[misc]
-                else:
-                    act(t, await state.load(t.alias))
-
-    _run(cfg, main())
-
-
-def _tree(cfg: Config, table: TableConfig) -> Tree:
-    """The table's document as MySQL's tables make it (with joins, every table of it; a
-    join that cannot work stops the command with its reason)."""
-    from indexer.source.mysql.trees import load_tree
-
-    return _run(cfg, asyncio.to_thread(load_tree, cfg.mysql, table))
+    for table, count in zip(selected, _run(cfg, acknowledge(cfg, selected)), strict=True):
+        err.print(f"{table.name}: {count} source switches acknowledged")
 
 
 def _check_format(output_format: str, allowed: tuple[str, ...]) -> None:
@@ -564,12 +476,15 @@ async def _stoppable(coro: Coroutine[object, object, T]) -> T:
 
 
 def _run(cfg: Config, coro: Coroutine[object, object, T],
-         failed: Callable[[str], object] = lambda line: None) -> T:
+         failed: Callable[[str], object] = lambda line: None,
+         passes: tuple[type[Exception], ...] = ()) -> T:
     """Runs a command's coroutine; an error is one line (secrets masked, also handed to
-    ``failed``) and exit 2."""
+    ``failed``) and exit 2, but for those it ``passes`` to the command."""
     redact = Redactor(cfg.secrets())
     try:
         return asyncio.run(_stoppable(coro))
+    except passes:
+        raise
     except asyncio.CancelledError:
         err.print("[red]stopped[/red] (SIGTERM)")
         raise typer.Exit(EXIT_ERROR) from None

@@ -19,7 +19,7 @@ epoch for a re-sent change only replays that change's tail in order again (the f
 the same), while a missed switch would drop changes.
 
 Epochs are recorded durably (:class:`Registry`, stored by :mod:`indexer.search.state`) with
-the Kafka offset where each partition entered them, so replays, restarts and dead-letter
+the position where each stream entered them (a Kafka offset), so replays, restarts and dead-letter
 replays give every change the version it had; the reindex and reconcile's repair check their
 snapshot against the same record and start an epoch themselves when their server is not the
 one the record followed.
@@ -147,9 +147,9 @@ class Point:
 
 @dataclass(slots=True)
 class Cursor:
-    """What one partition has seen: the last observed offset and the highest coordinates."""
+    """What one stream has seen: the last observed position and the highest coordinates."""
 
-    offset: int = -1
+    position: int = -1
     file: int = 0
     pos: int = 0
     row: int = 0
@@ -161,8 +161,8 @@ class Cursor:
     def coordinates(self) -> tuple[int, int, int]:
         return self.file, self.pos, self.row
 
-    def advance(self, offset: int, point: Point) -> None:
-        self.offset = offset
+    def advance(self, position: int, point: Point) -> None:
+        self.position = position
         self.file, self.pos, self.row = point.coordinates
         self.ts_ms, self.gtid = point.ts_ms, point.gtid
 
@@ -171,7 +171,8 @@ class Cursor:
         return f"binlog file {self.file} position {self.pos}{gtid}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "file": self.file, "pos": self.pos, "row": self.row,
+        # Stored as "offset", as registries stored before streams had positions.
+        return {"offset": self.position, "file": self.file, "pos": self.pos, "row": self.row,
                 "ts_ms": self.ts_ms, "gtid": self.gtid, "epoch": self.epoch}
 
     @classmethod
@@ -191,28 +192,28 @@ class Switch:
     old_file: int = 0  # the file number the partition had reached before
 
 
-def observe(cursor: Cursor, offset: int, point: Point) -> Switch | None:
+def observe(cursor: Cursor, position: int, point: Point) -> Switch | None:
     """Follows one partition: the switch this change reveals, if any. Offsets already
     observed (a re-read after a restart or rebalance) say nothing new."""
-    if offset <= cursor.offset:
+    if position <= cursor.position:
         return None
-    if cursor.offset < 0 or point.coordinates >= cursor.coordinates:
-        cursor.advance(offset, point)
+    if cursor.position < 0 or point.coordinates >= cursor.coordinates:
+        cursor.advance(position, point)
         return None
-    return _went_back(cursor, offset, point)
+    return _went_back(cursor, position, point)
 
 
-def observe_fast(cursor: Cursor, offset: int, file: int, pos: int, row: int, ts_ms: int,
+def observe_fast(cursor: Cursor, position: int, file: int, pos: int, row: int, ts_ms: int,
                  gtid: str | None, snapshot: str | bool | None) -> Switch | None:
     """:func:`observe` without building a :class:`Point` for the common case (coordinates
     moving forward): it runs once per event. ``snapshot`` is Debezium's field as it is."""
-    if offset <= cursor.offset:
+    if position <= cursor.position:
         return None
-    if cursor.offset < 0 or (file, pos, row) >= (cursor.file, cursor.pos, cursor.row):
-        cursor.offset, cursor.file, cursor.pos, cursor.row = offset, file, pos, row
+    if cursor.position < 0 or (file, pos, row) >= (cursor.file, cursor.pos, cursor.row):
+        cursor.position, cursor.file, cursor.pos, cursor.row = position, file, pos, row
         cursor.ts_ms, cursor.gtid = ts_ms, gtid
         return None
-    return _went_back(cursor, offset, Point(file, pos, row, ts_ms, gtid, in_snapshot(snapshot)))
+    return _went_back(cursor, position, Point(file, pos, row, ts_ms, gtid, in_snapshot(snapshot)))
 
 
 def in_snapshot(snapshot: str | bool | None) -> bool:
@@ -221,19 +222,19 @@ def in_snapshot(snapshot: str | bool | None) -> bool:
     return snapshot not in (None, False, "false", "incremental")
 
 
-def _went_back(cursor: Cursor, offset: int, point: Point) -> Switch | None:
+def _went_back(cursor: Cursor, position: int, point: Point) -> Switch | None:
     if point.snapshot:
         switch = Switch("a snapshot starts below the binlog coordinates already indexed (the "
                         "connector snapshotted a reset or another server)",
                         cursor.describe(), point.describe(), cursor.file)
     elif _resent(cursor, point):
-        cursor.offset = offset  # Debezium sends what it sent before: the highest stays
+        cursor.position = position  # Debezium sends what it sent before: the highest stays
         return None
     else:
         switch = Switch("binlog coordinates went back for a new change (a fail-over to "
                         "another server, or RESET MASTER)", cursor.describe(), point.describe(),
                         cursor.file)
-    cursor.advance(offset, point)
+    cursor.advance(position, point)
     return switch
 
 
@@ -253,7 +254,7 @@ class Registry:
     and the switches seen (until an operator acknowledges them). Stored as one document."""
 
     epochs: list[Epoch] = field(default_factory=lambda: [EPOCH_ZERO])
-    # partition key ("topic/partition") -> [(first offset, epoch number)], in offset order
+    # stream key ("topic/partition") -> [(first position, epoch number)], in position order
     boundaries: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     cursors: dict[str, Cursor] = field(default_factory=dict)
     high_field: int = 0  # the highest file-number field value any version used
@@ -266,14 +267,14 @@ class Registry:
     def epoch(self, number: int) -> Epoch:
         return self.epochs[number]
 
-    def epoch_at(self, key: str, offset: int) -> Epoch:
-        """The epoch of the message at ``offset`` of a partition."""
+    def epoch_at(self, key: str, position: int) -> Epoch:
+        """The epoch of the change at ``position`` of a stream."""
         starts = self.boundaries.get(key)
         if not starts:
             return EPOCH_ZERO
-        if starts[-1][0] <= offset:  # the common case: past the last switch
+        if starts[-1][0] <= position:  # the common case: past the last switch
             return self.epochs[starts[-1][1]]
-        i = bisect.bisect_right(starts, (offset, len(self.epochs))) - 1
+        i = bisect.bisect_right(starts, (position, len(self.epochs))) - 1
         return self.epochs[starts[i][1]] if i >= 0 else EPOCH_ZERO
 
     def cursor(self, key: str) -> Cursor:
@@ -297,9 +298,9 @@ class Registry:
         self.note(epoch, file_number)
         return epoch
 
-    def enter(self, key: str, offset: int, file_number: int, started_ms: int, switch: Switch,
+    def enter(self, key: str, position: int, file_number: int, started_ms: int, switch: Switch,
               at: str, where: str) -> Epoch:
-        """Records a switch seen at ``offset`` of a partition and the epoch its changes take
+        """Records a switch seen at ``position`` of a stream and the epoch its changes take
         from there: the newest one if another partition or a reindex already started it
         for the new server (its first file is not after this change's), else a new one."""
         cursor = self.cursor(key)
@@ -309,10 +310,10 @@ class Registry:
             epoch = latest
         else:
             epoch = self.start_epoch(file_number, started_ms)
-        self.boundaries.setdefault(key, []).append((offset, epoch.number))
+        self.boundaries.setdefault(key, []).append((position, epoch.number))
         self.boundaries[key].sort()
         cursor.epoch = epoch.number
-        self.switches.append({"at": at, "where": where, "offset": offset, "epoch": epoch.number,
+        self.switches.append({"at": at, "where": where, "offset": position, "epoch": epoch.number,
                               "reason": switch.reason, "old": switch.old, "new": switch.new,
                               "acknowledged": False})
         return epoch

@@ -28,10 +28,11 @@ from indexer.core.documents import (
     tombstone,
 )
 from indexer.core.layout import TableLayout
+from indexer.core.writes import Op, Outcome
 from indexer.jobs.table_reads import Reads, reads_for
 from indexer.progress import Progress, no_progress
 from indexer.search.client import SearchClient
-from indexer.search.sink import ElasticsearchSink, Op, Outcome
+from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
 from indexer.source.mysql import checksum_sql, snapshots

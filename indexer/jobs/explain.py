@@ -14,23 +14,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka.structs import TopicPartition
 
 from indexer.core import compare
 from indexer.core.documents import META_FIELD, DocumentBuilder, document_id
 from indexer.core.events import EnvelopeDecoder
 from indexer.core.ownership import owner_of
 from indexer.core.sources import Epoch, Registry, partition_key
+from indexer.core.streams import Stream
 from indexer.core.versions import unpack_binlog_version
+from indexer.core.writes import MAPPING_CONFLICT, MAPPING_ERRORS
 from indexer.errors import DecodeError, OwnershipError
-from indexer.jobs.dlq import DeadLetter
 from indexer.jobs.ownership import look
 from indexer.jobs.table_reads import reads_for
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
-from indexer.search.sink import MAPPING_CONFLICT, MAPPING_ERRORS
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig, VersionSource
+from indexer.source.kafka.dead_letters import DeadLetter
 from indexer.source.kafka.topics import Record, TopicReader, iso_time
 
 EVENTS_SHOWN = 5  # the key's most recent events listed
@@ -225,8 +225,8 @@ async def _events(reader: TopicReader, config: Config, table: TableConfig,
     events: list[Event] = []
     scanned = 0
     for (topic, partition), lag in sorted(lags.items()):
-        tp = TopicPartition(topic, partition)
-        records, covered = await reader.scan_back(tp, match, limit=EVENTS_SHOWN, budget=budget)
+        records, covered = await reader.scan_back(Stream(topic, partition), match,
+                                                  limit=EVENTS_SHOWN, budget=budget)
         scanned += covered
         for record in records:
             committed = lag.committed is not None and record.offset < lag.committed

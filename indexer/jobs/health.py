@@ -6,9 +6,6 @@ import asyncio
 import time
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
-
 from indexer.core import canary, trees
 from indexer.core.canary import Beat, Sighting
 from indexer.core.events import EnvelopeDecoder
@@ -29,8 +26,9 @@ from indexer.search.state import StateStore
 from indexer.security import redact_url
 from indexer.settings import Config, TableConfig
 from indexer.source.canary_table import read_beat
+from indexer.source.kafka.clients import FAILURES as kafka_failures
+from indexer.source.kafka.clients import TOPIC_HINT, missing_topics, probe
 from indexer.source.kafka.connect import ConnectClient, ConnectorState, connector_problems
-from indexer.source.kafka.consumer import TOPIC_HINT, client_security, probe
 from indexer.source.kafka.topics import TopicReader, age_s
 from indexer.source.mysql import retry as mysql_retry
 from indexer.source.mysql.schema import missing_table
@@ -80,21 +78,16 @@ async def check_health(config: Config) -> list[str]:
         await probe(config.kafka)
     except KafkaUnavailable as exc:
         return [*problems, str(exc)]
-    admin = AIOKafkaAdminClient(bootstrap_servers=config.kafka.bootstrap_servers,
-                                request_timeout_ms=5000, **client_security(config.kafka))
     try:
-        await admin.start()
-        topics = set(await admin.list_topics())
-        for table in config.tables:
-            for topic, name in trees.tree_topics(table).items():  # joined tables' too
-                if topic not in topics:
-                    joined = "" if name == table.name else f" (joined: {name})"
-                    problems.append(f"{table.name}: topic {topic!r}{joined} does not exist yet "
-                                    f"({TOPIC_HINT})")
+        wanted = {topic: (table, name) for table in config.tables
+                  for topic, name in trees.tree_topics(table).items()}  # joined tables' too
+        for topic in await missing_topics(config.kafka, list(wanted), timeout_ms=5000):
+            table, name = wanted[topic]
+            joined = "" if name == table.name else f" (joined: {name})"
+            problems.append(f"{table.name}: topic {topic!r}{joined} does not exist yet "
+                            f"({TOPIC_HINT})")
     except Exception as exc:
         problems.append(f"kafka: {type(exc).__name__}: {exc}")
-    finally:
-        await admin.close()
     return (problems + await missing_tables(config) + await connect_problems(config)
             + await stall_problems(config) + (await canary_report(config))[1])
 
@@ -187,7 +180,7 @@ async def canary_report(config: Config) -> tuple[dict[str, Any] | None, list[str
         async with TopicReader(config.kafka) as reader:
             in_kafka = await _newest_beat(reader, config, table)
             heartbeat = await reader.newest(heartbeat_topic(config))
-    except (KafkaUnavailable, KafkaError, OSError):
+    except kafka_failures:
         kafka_read = False
     seen = Sighting(written, in_kafka, indexed, age_s(heartbeat) if heartbeat else None,
                     kafka_read, index_read)

@@ -28,6 +28,7 @@ from indexer.core.documents import META_FIELD, Write
 from indexer.core.layout import TableLayout
 from indexer.core.mappings import alias_of_index, swap_actions, sync_alias
 from indexer.core.ownership import owner_of
+from indexer.core.writes import Op, Outcome
 from indexer.errors import ReindexError
 from indexer.jobs.ownership import claim
 from indexer.jobs.table_reads import Reads, reads_for
@@ -41,7 +42,7 @@ from indexer.search.admin import (
     missed_writes,
 )
 from indexer.search.client import SearchClient
-from indexer.search.sink import ElasticsearchSink, Op, Outcome
+from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
 from indexer.source.mysql import schema, snapshots

@@ -13,19 +13,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from aiokafka.structs import TopicPartition
-
 from indexer.core import trees
 from indexer.core.documents import META_FIELD
 from indexer.core.events import EnvelopeDecoder
+from indexer.core.streams import Stream
 from indexer.core.verification import record_problems
 from indexer.errors import DecodeError
-from indexer.jobs.dlq import DeadLetter
 from indexer.jobs.health import canary_report, connectors, stall_problems
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
+from indexer.source.kafka.dead_letters import DeadLetter
 from indexer.source.kafka.topics import PartitionLag, Record, TopicReader, iso_time
 
 
@@ -159,7 +158,7 @@ async def _partition(reader: TopicReader, config: Config, table: TableConfig,
     status = PartitionStatus(lag.topic, lag.partition, lag.end, lag.committed, lag.lag)
     if lag.committed is None or lag.committed <= 0:
         return status
-    tp = TopicPartition(lag.topic, lag.partition)
+    tp = Stream(lag.topic, lag.partition)
     decoder = EnvelopeDecoder(config.connector, table.column_types if lag.topic == table.topic
                               else {})
     # The last committed change: a few records back, past transaction markers and tombstones.

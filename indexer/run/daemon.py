@@ -1,8 +1,9 @@
-"""The run loop: Kafka batches -> documents -> bulk writes -> offsets, commit-after-success.
+"""The run loop: a source's changes -> documents -> bulk writes -> positions, committed after
+success, over the ports of :mod:`indexer.run.ports`.
 
-Offsets advance only over messages whose every write was confirmed (written or found stale)
-or which went to the dead-letter topic. Batches are written concurrently (``in_flight``) but
-committed strictly in order, so a commit never covers a batch still being written.
+Positions advance only over changes whose every write was confirmed (written or found stale)
+or which were dead-lettered. Batches are written concurrently (``in_flight``) but committed
+strictly in order, so a commit never covers a batch still being written.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import signal
 import time
 from dataclasses import dataclass, field, replace
 
-from aiokafka.structs import ConsumerRecord, TopicPartition
-
 from indexer.build import current_build, load_native
 from indexer.core import native, trees
 from indexer.core.canary import Beat
@@ -25,21 +24,20 @@ from indexer.core.events import Change, EnvelopeDecoder, LayoutChanged
 from indexer.core.ledger import OffsetLedger
 from indexer.core.linger import Linger
 from indexer.core.sources import EPOCH_ZERO
+from indexer.core.streams import Deliveries, Delivery, Stream
+from indexer.core.writes import MAPPING_CONFLICT, Op, Outcome
 from indexer.errors import DecodeError
-from indexer.jobs.dlq import dead_letter_for
 from indexer.metrics import Metrics
-from indexer.run.follower import NotFollowed, SwitchFound
-from indexer.run.rebuilds import Request
-from indexer.run.wiring import Parts, PartsFactory, open_parts
+from indexer.run.follower import Follower, NotFollowed, SwitchFound
+from indexer.run.ports import Parts, PartsFactory, Request
+from indexer.run.wiring import open_parts
 from indexer.search.retry import retrying, transient
-from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
 from indexer.settings import Config, TableConfig
-from indexer.source.kafka.consumer import Records
 
 log = logging.getLogger(__name__)
 
 IDLE_POLL_MS = 500  # how long an empty fetch waits; bounds how late stop() is noticed
-# Events decoded at a time (~1.5 ms of work) before yielding to the event loop. asyncio reads
+# Changes decoded at a time (~1.5 ms of work) before yielding to the event loop. asyncio reads
 # at most 256 KiB from a socket per loop turn: longer slices stretch each 4 MiB Kafka fetch and
 # each bulk request over dozens of slices, and the pipeline runs dry (500 events per slice left
 # both cores idle a fifth of the time).
@@ -50,9 +48,9 @@ MAX_LATER = 8
 
 @dataclass(slots=True)
 class Message:
-    """One consumed message and what became of it."""
+    """One delivered change and what became of it."""
 
-    record: ConsumerRecord[bytes, bytes]
+    delivery: Delivery
     table: TableConfig
     op: Op | None = None
     op_kind: str = ""  # c/u/r/d, or "tombstone"
@@ -67,7 +65,7 @@ class _Place:
 
     alias: str
     table: str  # the changed table, "database.table"
-    follow: TableConfig  # the tree's table, its epochs followed on this topic
+    follow: TableConfig  # the tree's table, its epochs followed on this stream
 
 
 @dataclass
@@ -85,7 +83,7 @@ class _Table:
 @dataclass
 class Batch:
     messages: list[Message] = field(default_factory=list)
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    positions: dict[Stream, int] = field(default_factory=dict)  # stream -> the next to read
     size: int = 0
 
 
@@ -109,13 +107,13 @@ class Daemon:
         self._linger = Linger(batch.linger_ms, batch.max_linger_ms,
                               min(batch.target_events, batch.max_events))
         self._stopping = asyncio.Event()
-        self._ledger: OffsetLedger[TopicPartition, asyncio.Task[None]] = OffsetLedger()
+        self._ledger: OffsetLedger[Stream, asyncio.Task[None]] = OffsetLedger()
         self._parts: Parts | None = None  # while run() runs
+        self._follower: Follower | None = None  # binlog versions' epochs, while run() runs
         self._running: dict[asyncio.Task[None], None] = {}  # batches being written, in order
         # Rebuilds finished in the background (fan-outs), each holding its batch's partitions.
         self._later: dict[asyncio.Task[None], asyncio.Task[None]] = {}  # job -> its batch
-        self._holding: dict[asyncio.Task[None], set[TopicPartition]] = {}  # batch -> held
-        self._last_tp: TopicPartition | None = None
+        self._holding: dict[asyncio.Task[None], set[Stream]] = {}  # batch -> held
         self._saving: asyncio.Task[None] | None = None
         self._committing: asyncio.Task[None] | None = None
         self.started = asyncio.Event()
@@ -133,6 +131,10 @@ class Daemon:
         cfg = self.config
         async with self._open_parts(cfg, self.metrics, self._tables, self._on_revoked) as parts:
             self._parts = parts
+            self._follower = Follower(parts.registries, self.metrics)
+            for table in (*cfg.tables, *((self._canary,) if self._canary else ())):
+                if table.version.kind == "binlog":
+                    await self._follower.load(table)
             log.info("indexer running: %d tables, group %s; %s", len(cfg.tables),
                      cfg.kafka.group_id, current_build().describe)
             self.started.set()
@@ -145,7 +147,7 @@ class Daemon:
             except BaseException as exc:  # Ctrl-C and cancellation shut down cleanly too
                 failure = exc
             await self._shutdown()
-            self._parts = None
+            self._parts = self._follower = None
             if failure is not None:
                 raise failure
         log.info("indexer stopped")
@@ -154,6 +156,11 @@ class Daemon:
     def _p(self) -> Parts:
         assert self._parts is not None, "the parts exist while run() runs"
         return self._parts
+
+    @property
+    def _f(self) -> Follower:
+        assert self._follower is not None, "the follower exists while run() runs"
+        return self._follower
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -169,7 +176,7 @@ class Daemon:
             if batch.messages:
                 task = asyncio.create_task(self._process(batch))
                 self._running[task] = None
-                self._ledger.add(task, batch.offsets)
+                self._ledger.add(task, batch.positions)
                 task.add_done_callback(self._finished)
 
     async def _wait_for(self, task: asyncio.Task[None]) -> None:
@@ -185,56 +192,56 @@ class Daemon:
         source = self._p.source
         limits = self.config.batch
         batch = Batch()
-        records = await source.fetch(min(limits.max_events, DECODE_SLICE), IDLE_POLL_MS)
+        found = await source.fetch(min(limits.max_events, DECODE_SLICE), IDLE_POLL_MS)
         deadline = time.monotonic() + self._linger.wait_ms() / 1000
-        while records:
-            await self._add(batch, records)
+        while found:
+            await self._add(batch, found)
             room = limits.max_events - len(batch.messages)
             if room <= 0 or batch.size >= limits.max_bytes or self._stopping.is_set():
                 break
-            # Records already fetched are taken at once; the linger bounds only the wait.
+            # Changes already fetched are taken at once; the linger bounds only the wait.
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            records = await source.fetch(min(room, DECODE_SLICE), max(0, remaining_ms))
-        # A rebalance during the linger may have taken partitions away: leave their messages
-        # to the new owner, who reads them from the last commit.
+            found = await source.fetch(min(room, DECODE_SLICE), max(0, remaining_ms))
+        # A rebalance during the linger may have taken streams away: leave their changes to
+        # the new owner, who reads them from the last commit.
         assigned = source.assignment()
-        if any(tp not in assigned for tp in batch.offsets):
-            batch.messages = [m for m in batch.messages if _tp(m.record) in assigned]
-            batch.offsets = {tp: o for tp, o in batch.offsets.items() if tp in assigned}
+        if any(stream not in assigned for stream in batch.positions):
+            batch.messages = [m for m in batch.messages if m.delivery.stream in assigned]
+            batch.positions = {s: p for s, p in batch.positions.items() if s in assigned}
         if batch.messages:
             self._linger.closed(len(batch.messages), time.monotonic())
         return batch
 
-    async def _add(self, batch: Batch, records: Records) -> None:
-        for tp, messages in records.items():
-            prepared = self._prepared_natively(tp.topic, messages)
+    async def _add(self, batch: Batch, found: Deliveries) -> None:
+        for stream, deliveries in found.items():
+            prepared = self._prepared_natively(stream.name, deliveries)
             natively = 0
-            for i, record in enumerate(messages):
-                found = prepared[i] if prepared else None
+            for i, delivery in enumerate(deliveries):
+                done = prepared[i] if prepared else None
                 try:
-                    message = self._prepare(record, found)
-                    if found is not None:
+                    message = self._prepare(delivery, done)
+                    if done is not None:
                         natively += 1
                 except (SwitchFound, NotFollowed, LayoutChanged) as needed:
-                    message = await self._prepare_after_io(record, needed)
+                    message = await self._prepare_after_io(delivery, needed)
                     prepared = []  # the layout may have changed: the rest is Python's
                 batch.messages.append(message)
-                batch.size += record.serialized_value_size + record.serialized_key_size
-            if messages:
-                batch.offsets[tp] = messages[-1].offset + 1
+                batch.size += delivery.size
+            if deliveries:
+                batch.positions[stream] = deliveries[-1].position + 1
             if natively:
-                table = self._tables[tp.topic].config.name
+                table = self._tables[stream.name].config.name
                 self.metrics.native_events.labels(table).inc(natively)
         await asyncio.sleep(0)  # let the bulks in flight send and settle between slices
 
-    async def _prepare_after_io(self, record: ConsumerRecord[bytes, bytes],
+    async def _prepare_after_io(self, delivery: Delivery,
                                 needed: SwitchFound | NotFollowed | LayoutChanged) -> Message:
-        """Prepares a record that needs I/O first, all rare: a new row layout (the table is
-        read again), the first record of a partition (its cursor is loaded) or a switch (its
+        """Prepares a change that needs I/O first, all rare: a new row layout (the table is
+        read again), the first change of a stream (its cursor is loaded) or a switch (its
         epoch is stored)."""
-        for _ in range(4):  # a partition's first record may also be a switch, or a new layout
+        for _ in range(4):  # a stream's first change may also be a switch, or a new layout
             if isinstance(needed, LayoutChanged):
-                table = self._tables[record.topic]
+                table = self._tables[delivery.stream.name]
                 await self._p.schemas.changed(table.config, table.decoder, needed)
                 rebuilds = self._p.rebuilds
                 if table.places and needed.previous is not None and rebuilds is not None:
@@ -242,14 +249,13 @@ class Daemon:
             else:
                 await self._follow(needed)
             try:
-                return self._prepare(record)
+                return self._prepare(delivery)
             except (SwitchFound, NotFollowed, LayoutChanged) as again:
                 needed = again
-        raise RuntimeError(f"{record.topic}[{record.partition}]@{record.offset}: could not "
-                           f"be prepared ({needed!r})")
+        raise RuntimeError(f"{delivery.describe()}: could not be prepared ({needed!r})")
 
     async def _follow(self, needed: SwitchFound | NotFollowed) -> None:
-        follower = self._p.follower
+        follower = self._f
         # Stored in the search server: retried like a bulk while it is away.
         async for attempt in retrying(  # the search server's outage is its client's to tell
                 self.config.batch.max_backoff_s,
@@ -262,31 +268,31 @@ class Daemon:
                 else:
                     await follower.enter(needed)
 
-    def _prepared_natively(self, topic: str, records: list[ConsumerRecord[bytes, bytes]],
+    def _prepared_natively(self, name: str, deliveries: list[Delivery],
                            ) -> list[native.Prepared | None]:
-        """The native path's results for one partition's slice ([]: all Python's)."""
-        table = self._tables[topic]
+        """The native path's results for one stream's slice ([]: all Python's)."""
+        table = self._tables[name]
         preparer = table.preparer
         if preparer is None or table.builder is None:
             return []
         return preparer.prepare(native.slice_plan(table.decoder, table.builder),
-                                [r.key for r in records], [r.value for r in records])
+                                [d.key for d in deliveries], [d.value for d in deliveries])
 
-    def _prepare(self, record: ConsumerRecord[bytes, bytes],
+    def _prepare(self, delivery: Delivery,
                  prepared: native.Prepared | None = None) -> Message:
-        table = self._tables[record.topic]
-        message = Message(record, table.config)
+        table = self._tables[delivery.stream.name]
+        message = Message(delivery, table.config)
         try:
             if prepared is not None:  # decoded and built natively, as below would
                 message.op_kind = prepared.op
                 message.ts_ms = prepared.ts_ms
                 position = prepared.position()
-                epoch = self._p.follower.epoch(table.config, record, position)
+                epoch = self._f.epoch(table.config, delivery, position)
                 version = pack_binlog_version(position.file, position.pos, position.row, epoch)
                 message.op = Op(table.config.alias,
                                 Write(prepared.id, version, prepared.document, deleted=False))
                 return message
-            change = table.decoder.decode(record.key, record.value)
+            change = table.decoder.decode(delivery.key, delivery.value)
             if change is None:
                 message.op_kind = "tombstone"
                 return message
@@ -296,22 +302,20 @@ class Daemon:
             if builder is not None:
                 epoch = EPOCH_ZERO
                 if builder.binlog_versions:
-                    epoch = self._p.follower.epoch(table.config, record, change.position)
+                    epoch = self._f.epoch(table.config, delivery, change.position)
                 message.op = Op(table.config.alias, builder.write_for_change(change, epoch))
             if table.places:
-                message.requests = self._requests(table, record, change)
+                message.requests = self._requests(table, delivery, change)
         except (SwitchFound, NotFollowed, LayoutChanged):
             raise
         except DecodeError as exc:
             message.error = (exc.kind, exc.reason)
         except Exception as exc:  # a bug must not lose the message either
-            log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition,
-                          record.offset)
+            log.exception("unexpected error decoding %s", delivery.describe())
             message.error = ("internal-error", f"{type(exc).__name__}: {exc}")
         return message
 
-    def _requests(self, table: _Table, record: ConsumerRecord[bytes, bytes],
-                  change: Change) -> list[Request]:
+    def _requests(self, table: _Table, delivery: Delivery, change: Change) -> list[Request]:
         """What the change touches in each tree its table is part of, versioned in the
         tree's epoch (one record of epochs per tree, across all its tables' partitions)."""
         found = []
@@ -319,20 +323,13 @@ class Daemon:
         assert rebuilds is not None, "tables with joins have their rebuilds"
         position = change.position
         for place in table.places:
-            epoch = self._p.follower.epoch(place.follow, record, position)
+            epoch = self._f.epoch(place.follow, delivery, position)
             version = pack_binlog_version(position.file, position.pos, position.row, epoch)
             touch = rebuilds.touch(place.alias, place.table, change.before, change.after)
             if touch.roots or touch.starts or touch.refs:
                 found.append(Request(place.alias, touch, version, position.ts_ms, position.gtid,
-                                     self._partition_of(record)))
+                                     delivery.stream))
         return found
-
-    def _partition_of(self, record: ConsumerRecord[bytes, bytes]) -> TopicPartition:
-        """The record's partition, made once for a run of records of one partition."""
-        last = self._last_tp
-        if last is None or last.partition != record.partition or last.topic != record.topic:
-            last = self._last_tp = _tp(record)
-        return last
 
     async def _process(self, batch: Batch) -> None:
         sink = self._p.sink
@@ -353,7 +350,7 @@ class Daemon:
         if latest:
             await sink.write(list(latest.values()))
         requests = [r for m in batch.messages if m.requests for r in m.requests]
-        later: dict[TopicPartition, list[Request]] = {}
+        later: dict[Stream, list[Request]] = {}
         if requests:
             rebuilds = self._p.rebuilds
             assert rebuilds is not None
@@ -362,10 +359,10 @@ class Daemon:
             batch_task = asyncio.current_task()
             assert batch_task is not None
             self._holding[batch_task] = set(later)
-            for tp, waiting in later.items():
+            for stream, waiting in later.items():
                 job = asyncio.create_task(self._finish_later(batch, waiting))
                 self._later[job] = batch_task
-                job.add_done_callback(functools.partial(self._finished_later, tp))
+                job.add_done_callback(functools.partial(self._finished_later, stream))
             # Messages whose rebuilds are held are dead-lettered (if refused) when those end.
             held = {id(r) for waiting in later.values() for r in waiting}
             batch = Batch([m for m in batch.messages if not _holds(m, held)])
@@ -383,22 +380,21 @@ class Daemon:
         await self._dead_letter(held)
         self._count(held)
 
-    def _finished_later(self, tp: TopicPartition, job: asyncio.Task[None]) -> None:
+    def _finished_later(self, stream: Stream, job: asyncio.Task[None]) -> None:
         batch_task = self._later.pop(job)
         error = asyncio.CancelledError() if job.cancelled() else job.exception()
         held = self._holding.get(batch_task, set())
-        held.discard(tp)
+        held.discard(stream)
         if not held:
             self._holding.pop(batch_task, None)
         if error is not None:
             self._ledger.finish(batch_task, error)
         elif batch_task.done():  # else the batch's own end settles it, minus what is held
-            self._ledger.finish(batch_task, partitions={tp})
+            self._ledger.finish(batch_task, partitions={stream})
         self._advance()
 
     async def _dead_letter(self, batch: Batch) -> None:
-        producer = self._p.dead_letters
-        topic = self.config.kafka.dead_letter_topic
+        dead_letters = self._p.dead_letters
         for message in batch.messages:
             error = message.error
             attempts = 1
@@ -409,15 +405,11 @@ class Daemon:
                 error = next((r.failure for r in message.requests if r.failure), None)
             if error is None:
                 continue
-            record = message.record
+            delivery = message.delivery
             if error[0] == MAPPING_CONFLICT and message.op is not None:
                 error = (error[0], f"{error[1]}; {mapping_hint(message.table)}")
-            letter = dead_letter_for(record, error[0], error[1], attempts)
-            log.error("dead-lettering %s[%d]@%d: %s: %s", record.topic, record.partition,
-                      record.offset, error[0], error[1])
-            await producer.deliver(topic, record.key, record.value,
-                                   list(record.headers) + letter.headers(),
-                                   max_backoff_s=self.config.batch.max_backoff_s)
+            log.error("dead-lettering %s: %s: %s", delivery.describe(), error[0], error[1])
+            await dead_letters.deliver(delivery, error[0], error[1], attempts)
             self.metrics.dead_lettered.labels(message.table.name, error[0]).inc()
 
     def _count(self, batch: Batch) -> None:
@@ -445,10 +437,10 @@ class Daemon:
             m.events.labels(table, op_kind).inc(n)
             if outcome:
                 results[outcome].labels(table).inc(n)
-        # Per partition, messages come in commit order: the first is the oldest change.
+        # Per stream, changes come in commit order: the first is the oldest.
         oldest: dict[str, int] = {}
         newest: dict[str, int] = {}
-        for first, last in _ends_per_partition(batch.messages):
+        for first, last in _ends_per_stream(batch.messages):
             table = first.table.name
             if first.ts_ms:
                 oldest[table] = min(oldest.get(table, first.ts_ms), first.ts_ms)
@@ -472,12 +464,12 @@ class Daemon:
 
     def _advance(self) -> None:
         """Sends what the ledger has ready, one commit request at a time in the background:
-        offsets committed without waiting for the loop (which may be waiting for new
+        positions committed without waiting for the loop (which may be waiting for new
         messages); those completed meanwhile go into the next request, sent when it ends."""
         if self._committing is None or self._committing.done():
-            offsets = self._ledger.take()
-            if offsets:
-                self._committing = asyncio.create_task(self._commit(offsets))
+            positions = self._ledger.take()
+            if positions:
+                self._committing = asyncio.create_task(self._commit(positions))
 
     async def _commit_done(self, *, wait: bool = False) -> None:
         """Commits what has completed; ``wait`` sends everything completed and waits for it
@@ -489,10 +481,10 @@ class Daemon:
         if self._ledger.failure is not None:
             raise self._ledger.failure
 
-    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+    async def _commit(self, positions: dict[Stream, int]) -> None:
         source = self._p.source
         try:
-            await source.commit(offsets)
+            await source.commit(positions)
         except Exception as exc:
             # Uncommitted work is read again after a restart or rebalance: duplicates, no loss.
             # Kafka away is its outage's to tell, once.
@@ -503,19 +495,19 @@ class Daemon:
             self._committing = None
             self._advance()  # what completed during this request
         self.metrics.committed.inc()
-        for tp, offset in offsets.items():
-            lag = source.lag(tp, offset)
+        for stream, position in positions.items():
+            lag = source.lag(stream, position)
             if lag is not None:
-                self.metrics.lag.labels(tp.topic, str(tp.partition)).set(lag)
+                self.metrics.lag.labels(stream.name, str(stream.part)).set(lag)
         if self._saving is None or self._saving.done():  # beside the commits, never before
             self._saving = asyncio.create_task(self._save_cursors())
 
     async def _save_cursors(self, *, force: bool = False) -> None:
-        """Stores where each followed partition's source stands (every few seconds)."""
-        if self._parts is None:
+        """Stores where each followed stream's source stands (every few seconds)."""
+        if self._follower is None:
             return
         try:
-            await self._parts.follower.save(force=force)
+            await self._follower.save(force=force)
         except Exception as exc:  # the next save catches up; a lost one costs nothing
             log.log(logging.DEBUG if transient(exc) else logging.WARNING,
                     "could not save the source cursors (%s: %s)", type(exc).__name__, exc)
@@ -538,15 +530,15 @@ class Daemon:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
-    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+    async def _on_revoked(self, revoked: set[Stream]) -> None:
         await self._drain(self.config.batch.shutdown_grace_s)
         await self._save_cursors(force=True)  # the next owner follows on from here
-        if self._parts is not None:
-            for tp in revoked:
-                self._parts.follower.forget(tp.topic, tp.partition)
-        for topic in {tp.topic for tp in revoked}:
-            if topic in self._tables:  # its next row's layout is checked as after a start
-                self._tables[topic].decoder.forget()
+        if self._follower is not None:
+            for stream in revoked:
+                self._follower.forget(stream)
+        for name in {stream.name for stream in revoked}:
+            if name in self._tables:  # its next row's layout is checked as after a start
+                self._tables[name].decoder.forget()
 
     async def _shutdown(self) -> None:
         await self._drain(self.config.batch.shutdown_grace_s)
@@ -564,14 +556,14 @@ def mapping_hint(table: TableConfig) -> str:
             f"{table.table}`")
 
 
-def _ends_per_partition(messages: list[Message]) -> list[tuple[Message, Message]]:
-    """(first, last) message of each partition in a batch."""
-    ends: dict[tuple[str, int], list[Message]] = {}
+def _ends_per_stream(messages: list[Message]) -> list[tuple[Message, Message]]:
+    """(first, last) message of each stream in a batch."""
+    ends: dict[Stream, list[Message]] = {}
     for message in messages:
-        record = message.record
-        pair = ends.get((record.topic, record.partition))
+        stream = message.delivery.stream
+        pair = ends.get(stream)
         if pair is None:
-            ends[record.topic, record.partition] = [message, message]
+            ends[stream] = [message, message]
         else:
             pair[1] = message
     return [(first, last) for first, last in ends.values()]
@@ -582,9 +574,9 @@ def _holds(message: Message, requests: set[int]) -> bool:
 
 
 def consumed_tables(config: Config) -> dict[str, _Table]:
-    """Every topic the daemon reads: each table's (its own documents, or a tree's root), the
-    canary's, and those of every table joined into a document, each with the trees its
-    changes touch."""
+    """Every stream name (topic) the daemon reads: each table's (its own documents, or a
+    tree's root), the canary's, and those of every table joined into a document, each with
+    the trees its changes touch."""
     tables: dict[str, _Table] = {}
     canary = (config.canary_table,) if config.canary_table else ()
     for t in (*config.tables, *canary):
@@ -606,6 +598,3 @@ def consumed_tables(config: Config) -> dict[str, _Table]:
             tables[topic].places.append(_Place(root.alias, table, replace(root, topic=topic)))
     return tables
 
-
-def _tp(record: ConsumerRecord[bytes, bytes]) -> TopicPartition:
-    return TopicPartition(record.topic, record.partition)

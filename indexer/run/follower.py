@@ -3,7 +3,7 @@
 For every change it gives the version epoch (:mod:`indexer.core.sources`); a switch of source
 server becomes a new epoch, stored before any change of that epoch is written, with one log
 line, a metric and an entry ``indexer check`` reports until an operator acknowledges it.
-Cursors are saved every few seconds so the next owner of a partition (after a restart or a
+Cursors are saved every few seconds so the next owner of a stream (after a restart or a
 rebalance) keeps following from where this one was.
 """
 
@@ -11,26 +11,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
-
-from aiokafka.structs import ConsumerRecord
+from typing import TypeVar
 
 from indexer.core.documents import file_number
 from indexer.core.envelope import Position
-from indexer.core.sources import (
-    EPOCH_ZERO,
-    Cursor,
-    Epoch,
-    Registry,
-    Switch,
-    observe_fast,
-    partition_key,
-)
-from indexer.jobs.dlq import REPLAY_HEADER
+from indexer.core.sources import EPOCH_ZERO, Cursor, Epoch, Registry, Switch, observe_fast
+from indexer.core.streams import Delivery, Stream
 from indexer.metrics import Metrics
+from indexer.run.ports import RegistryStore
 from indexer.settings import TableConfig
 
 log = logging.getLogger(__name__)
@@ -44,27 +34,19 @@ SAVE_EVERY_S = 5.0
 class SwitchFound(Exception):
     """A change that starts a new epoch: :meth:`Follower.enter` records it."""
 
-    def __init__(self, table: TableConfig, key: str, offset: int, file: int, ts_ms: int,
+    def __init__(self, table: TableConfig, key: str, position: int, file: int, ts_ms: int,
                  switch: Switch) -> None:
-        super().__init__(table.name, key, offset)
-        self.table, self.key, self.offset, self.file = table, key, offset, file
+        super().__init__(table.name, key, position)
+        self.table, self.key, self.position, self.file = table, key, position, file
         self.ts_ms, self.switch = ts_ms, switch
 
 
 class NotFollowed(Exception):
-    """The first change of a partition this process had not followed yet: load its cursor."""
+    """The first change of a stream this process had not followed yet: load its cursor."""
 
-    def __init__(self, table: TableConfig, key: str) -> None:
-        super().__init__(table.name, key)
-        self.table, self.key = table, key
-
-
-class RegistryStore(Protocol):
-    """Where tables' registries are kept (:class:`~indexer.search.state.StateStore`)."""
-
-    async def load(self, alias: str) -> Registry: ...
-    async def update(self, alias: str,
-                     change: Callable[[Registry], T]) -> tuple[Registry, T]: ...
+    def __init__(self, table: TableConfig, stream: Stream) -> None:
+        super().__init__(table.name, stream.key)
+        self.table, self.stream, self.key = table, stream, stream.key
 
 
 class Follower:
@@ -73,61 +55,60 @@ class Follower:
         self._metrics = metrics
         self._registries: dict[str, Registry] = {}  # by table alias
         self._tables: dict[str, TableConfig] = {}  # by table alias
-        self._owned: dict[str, set[str]] = {}  # alias -> partition keys this process follows
-        self._keys: dict[tuple[str, int], str] = {}
+        self._owned: dict[str, set[str]] = {}  # alias -> stream keys this process follows
+        self._keys: dict[Stream, str] = {}
         self._saved_at = time.monotonic()
-        # The partition of the previous event and its (key, cursor): most events follow one.
-        # A topic may be followed twice (its table's registry, a joined document's), so the
+        # The stream of the previous change and its (key, cursor): most changes follow one.
+        # A stream may be followed twice (its table's registry, a joined document's), so the
         # registry's alias is part of what the cache matches.
-        self._last_alias, self._last_topic, self._last_partition = "", "", -1
+        self._last_alias = ""
+        self._last_stream: Stream | None = None
         self._last: tuple[Registry, str, Cursor] = (Registry(), "", Cursor())
 
-    def epoch(self, table: TableConfig, record: ConsumerRecord[bytes, bytes],
-              position: Position) -> Epoch:
+    def epoch(self, table: TableConfig, delivery: Delivery, position: Position) -> Epoch:
         """The epoch of this change; raises :class:`SwitchFound` or :class:`NotFollowed`
-        when I/O must come first. Runs once per event: the common case (the partition of the
-        previous event, coordinates moving forward, no switch yet) stays inline."""
-        if record.headers and (replayed := _replay_of(record)) is not None:
-            return self._registries[table.alias].epoch_at(*replayed)
+        when I/O must come first. Runs once per change: the common case (the stream of the
+        previous change, coordinates moving forward, no switch yet) stays inline."""
+        if delivery.replay_of is not None:  # a dead letter sent back: its first epoch
+            return self._registries[table.alias].epoch_at(*delivery.replay_of)
         alias = table.alias
-        if (record.partition == self._last_partition and record.topic == self._last_topic
-                and alias == self._last_alias):
+        stream = delivery.stream
+        if stream is self._last_stream and alias == self._last_alias:
             registry, key, cursor = self._last
         else:
             registry = self._registries[alias]
-            found = self._keys.get((record.topic, record.partition))
+            found = self._keys.get(stream)
             if found is None or found not in self._owned[alias]:
-                raise NotFollowed(table, partition_key(record.topic, record.partition))
+                raise NotFollowed(table, stream)
             key, cursor = found, registry.cursors[found]
-            self._last_alias = alias
-            self._last_topic, self._last_partition = record.topic, record.partition
+            self._last_alias, self._last_stream = alias, stream
             self._last = (registry, key, cursor)
-        offset = record.offset
-        if offset > cursor.offset:
+        at = delivery.position
+        if at > cursor.position:
             number = file_number(position.file)
             pos, row = position.pos, position.row
-            if cursor.offset >= 0 and (number, pos, row) < (cursor.file, cursor.pos, cursor.row):
-                switch = observe_fast(cursor, offset, number, pos, row, position.ts_ms,
+            if cursor.position >= 0 and (number, pos, row) < (cursor.file, cursor.pos,
+                                                               cursor.row):
+                switch = observe_fast(cursor, at, number, pos, row, position.ts_ms,
                                       position.gtid, position.snapshot)
                 if switch is not None:
-                    raise SwitchFound(table, key, offset, number, position.ts_ms, switch)
-            else:  # observe_fast's common case, inline: this runs once per event
-                cursor.offset, cursor.file, cursor.pos, cursor.row = offset, number, pos, row
+                    raise SwitchFound(table, key, at, number, position.ts_ms, switch)
+            else:  # observe_fast's common case, inline: this runs once per change
+                cursor.position, cursor.file, cursor.pos, cursor.row = at, number, pos, row
                 cursor.ts_ms, cursor.gtid = position.ts_ms, position.gtid
         if not registry.boundaries:  # no switch yet: the common case
             return EPOCH_ZERO
-        return registry.epoch_at(key, offset)
+        return registry.epoch_at(key, at)
 
     async def follow(self, missing: NotFollowed) -> None:
         """Loads the stored registry (it may hold epochs a reindex started, and the cursor
-        the partition's previous owner saved) and starts following the partition."""
+        the stream's previous owner saved) and starts following the stream."""
         alias = missing.table.alias
         stored = await self._store.load(alias)
         self._adopt(alias, stored)
         self._owned.setdefault(alias, set()).add(missing.key)
         stored.cursor(missing.key)
-        topic, _, partition = missing.key.rpartition("/")
-        self._keys[topic, int(partition)] = missing.key
+        self._keys[missing.stream] = missing.key
 
     async def enter(self, found: SwitchFound) -> None:
         table, key = found.table, found.key
@@ -136,27 +117,27 @@ class Follower:
 
         def record(registry: Registry) -> Epoch:
             registry.cursors[key] = replace(mine)
-            return registry.enter(key, found.offset, found.file, found.ts_ms, found.switch, at,
+            return registry.enter(key, found.position, found.file, found.ts_ms, found.switch, at,
                                   f"{table.topic} partition {key.rpartition('/')[2]}")
 
         stored, epoch = await self._store.update(table.alias, record)
         self._adopt(table.alias, stored, keep=key)
         self._metrics.source_switches.labels(table.name).inc()
-        log.error("source switch for %s at %s offset %d: %s; before: %s, now: %s. Changes from "
+        log.error("source switch for %s at %s position %d: %s; before: %s, now: %s. Changes from "
                   "here take version epoch %d, above every earlier version, so none is refused "
                   "as stale. Check the table with `indexer reconcile %s`, then `indexer "
-                  "source ack %s`.", table.name, key, found.offset, found.switch.reason,
+                  "source ack %s`.", table.name, key, found.position, found.switch.reason,
                   found.switch.old, found.switch.new, epoch.number, table.table, table.table)
 
-    def forget(self, topic: str, partition: int) -> None:
-        """A partition was revoked: its next owner saves its cursor from now on."""
-        self._last_partition = -1
-        key = self._keys.pop((topic, partition), None)
+    def forget(self, stream: Stream) -> None:
+        """A stream was revoked: its next owner saves its cursor from now on."""
+        self._last_stream = None
+        key = self._keys.pop(stream, None)
         for owned in self._owned.values():
             owned.discard(key or "")
 
     async def save(self, *, force: bool = False) -> None:
-        """Stores the cursors of the partitions this process follows (every few seconds)."""
+        """Stores the cursors of the streams this process follows (every few seconds)."""
         if not force and time.monotonic() - self._saved_at < SAVE_EVERY_S:
             return
         self._saved_at = time.monotonic()
@@ -181,7 +162,7 @@ class Follower:
             if current is not None and key != keep and key in current.cursors:
                 stored.cursors[key] = current.cursors[key]
         self._registries[alias] = stored
-        self._last_partition = -1  # cursors may be other objects now
+        self._last_stream = None  # cursors may be other objects now
         self._metrics.version_epoch.labels(self._tables[alias].name).set(stored.current.number)
 
     async def load(self, table: TableConfig) -> None:
@@ -189,12 +170,3 @@ class Follower:
         self._owned.setdefault(table.alias, set())
         self._adopt(table.alias, await self._store.load(table.alias))
 
-
-def _replay_of(record: ConsumerRecord[bytes, bytes]) -> tuple[str, int] | None:
-    if not record.headers:
-        return None
-    for name, value in record.headers:
-        if name == REPLAY_HEADER:
-            key, _, offset = value.decode().rpartition("/")
-            return key, int(offset)
-    return None

@@ -25,9 +25,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from tenacity import RetryCallState
 
@@ -36,12 +35,13 @@ from indexer.core.documents import document_id
 from indexer.core.mappings import META_MAPPING, sync_alias
 from indexer.core.sources import parse_gtid
 from indexer.core.trees import Touch, Tree, Values
+from indexer.core.writes import MAPPING_CONFLICT, Op, Outcome
 from indexer.errors import ReplicaBehind
 from indexer.metrics import Metrics
 from indexer.outages import Outage
+from indexer.run.ports import Request, Sink
 from indexer.search.client import SearchClient
 from indexer.search.retry import retrying
-from indexer.search.sink import MAPPING_CONFLICT, Op, Outcome
 from indexer.settings import Config, TableConfig
 from indexer.source.mysql import connection
 from indexer.source.mysql import retry as mysql_retry
@@ -67,30 +67,10 @@ MAX_RELOADS = 3  # layouts read again for one change's columns or tables that ar
 REBUILD_FAILED = "rebuild-failed"
 
 
-@dataclass(slots=True)
-class Request:
-    """One change's touch of one tree, and what became of it."""
-
-    alias: str
-    touch: Touch
-    version: int
-    ts_ms: int
-    gtid: str | None
-    holder: Any  # what waits for it (the daemon's partition, which commits after it)
-    roots: set[Values] = field(default_factory=set)
-    failure: tuple[str, str] | None = None  # (kind, reason): its documents were refused
-
-
-class Writes(Protocol):
-    """Where documents go (the daemon's bulk sink): ``write`` settles every op."""
-
-    async def write(self, ops: Sequence[Op]) -> None: ...
-
-
 class Rebuilds:
     """Rebuilds the joined documents of the configured tables with joins."""
 
-    def __init__(self, config: Config, client: SearchClient, sink: Writes, metrics: Metrics,
+    def __init__(self, config: Config, client: SearchClient, sink: Sink, metrics: Metrics,
                  outage: Outage | None = None) -> None:
         self._config = config
         self._outage = outage or Outage("MySQL", "joined documents' rebuilds")

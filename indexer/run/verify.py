@@ -30,8 +30,6 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from aiokafka.errors import KafkaError
-
 from indexer.core.sources import gtid_set_reached
 from indexer.errors import ConnectUnavailable
 from indexer.jobs import chunk_check
@@ -44,6 +42,7 @@ from indexer.search.retry import transient
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
+from indexer.source.kafka.clients import transient as kafka_transient
 from indexer.source.kafka.connect import ConnectClient
 from indexer.source.kafka.topics import TopicReader
 from indexer.source.mysql import checksum_sql, connection, schema
@@ -211,7 +210,7 @@ class Verifier:
         if unreachable(exc):
             self._outages.mysql.failed(exc)
             return said
-        if transient(exc) or (isinstance(exc, KafkaError) and exc.retriable):
+        if transient(exc) or kafka_transient(exc):
             log.debug("verification of %s paused (%s: %s)", table.name, type(exc).__name__,
                       exc)  # its client told the outage
             return said

@@ -7,7 +7,6 @@ change consumed after it was added.
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,8 +17,8 @@ from typing import Any
 from tenacity import RetryCallState
 
 from indexer.core.bulk import action_line
-from indexer.core.documents import Write
 from indexer.core.mappings import sync_alias
+from indexer.core.writes import MAPPING_CONFLICT, MAPPING_ERRORS, Op, Outcome
 from indexer.errors import NoTarget, SearchBusy
 from indexer.metrics import Metrics
 from indexer.outages import Outage
@@ -33,37 +32,10 @@ log = logging.getLogger(__name__)
 BULK_FILTER = "errors,items.*.status,items.*.error.type,items.*.error.reason"
 # Statuses that say "not now": retried until they pass, never dead-lettered.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-# Refusals a mapping change fixes: dead-lettered as MAPPING_CONFLICT, the server's own type
-# kept in the reason.
-MAPPING_ERRORS = ("mapper_parsing_exception", "document_parsing_exception",
-                  "strict_dynamic_mapping_exception", "illegal_argument_exception")
-MAPPING_CONFLICT = "mapping-conflict"
 # A bulk refused for now is tried again sooner than other requests: it is what the daemon waits on.
 BULK_FIRST_WAIT_S = 0.05
 # A 500 for one item may be permanent; it gets this many tries before the dead-letter topic.
 MAX_SERVER_ERROR_ATTEMPTS = 8
-
-
-class Outcome(enum.Enum):
-    WRITTEN = "written"
-    STALE = "stale"
-    FAILED = "failed"
-
-
-@dataclass(slots=True)
-class Op:
-    """A write for one table; fans out to every index in the table's sync alias."""
-
-    alias: str
-    write: Write
-    index: str | None = None  # one concrete index instead of the alias's (reindex)
-    # "external_gte" only for repairs, where an equal version must win (chunk_check.repair).
-    version_type: str = "external"
-    outcome: Outcome | None = None
-    error_kind: str = ""
-    error_reason: str = ""
-    attempts: int = 0
-    server_errors: int = 0
 
 
 @dataclass

@@ -33,7 +33,7 @@ from indexer.errors import ConfigError
 from indexer.run.daemon import Daemon
 from indexer.search.client import SearchClient
 from indexer.settings import Config
-from indexer.source.kafka.consumer import client_security
+from indexer.source.kafka.clients import client_security
 from indexer.source.mysql import connection
 
 REPO = Path(__file__).parents[2]

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from indexer.search.client import SearchClient
-from indexer.source.kafka.consumer import topic_partitions
+from indexer.source.kafka.clients import topic_partitions
 from tests.integration.conftest import (
     COLUMNS,
     REPO,

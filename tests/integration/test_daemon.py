@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from indexer.jobs.dlq import DeadLetter
 from indexer.search.client import SearchClient
+from indexer.source.kafka.dead_letters import DeadLetter
 from tests.integration.conftest import (
     COLUMNS,
     all_events,
@@ -175,7 +175,7 @@ async def test_poison_messages_are_dead_lettered_and_good_events_indexed(
     # After the fix (the mapping learns the column), a replay indexes the dead letter.
     index = await live_index(es, table.alias)
     await es.put_mapping(index, {"colour": {"type": "keyword"}})
-    from indexer.jobs.dlq import ReplayFilter, replay
+    from indexer.source.kafka.dead_letters import ReplayFilter, replay
 
     report = await replay(config.kafka, ReplayFilter(kinds=frozenset({"mapping-conflict"})),
                           dry_run=False)

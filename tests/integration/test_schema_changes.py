@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from indexer.jobs.dlq import DeadLetter, ReplayFilter, replay
 from indexer.jobs.reconcile import reconcile
 from indexer.jobs.reindex import reindex
 from indexer.search.client import SearchClient
+from indexer.source.kafka.dead_letters import DeadLetter, ReplayFilter, replay
 from tests.integration.conftest import (
     COLUMNS,
     caught_up,

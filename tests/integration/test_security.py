@@ -20,7 +20,7 @@ from indexer.errors import ConfigError
 from indexer.search.client import SearchClient, auth_header
 from indexer.security import Secret
 from indexer.settings import ElasticsearchSettings, MySQLSettings
-from indexer.source.kafka.consumer import probe
+from indexer.source.kafka.clients import probe
 from indexer.source.mysql import connection
 from tests.integration.conftest import (
     COLUMNS,

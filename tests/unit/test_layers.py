@@ -27,6 +27,8 @@ RANKS = {
 }
 IO_LIBRARIES = {"aiokafka", "aiohttp", "asyncio", "elastic_transport", "prometheus_client",
                 "pymysql", "socket", "ssl", "subprocess"}
+# The servers' client libraries: only the adapters (indexer/search, indexer/source) use them.
+DRIVERS = {"aiokafka", "aiohttp", "elastic_transport", "pymysql"}
 
 
 def room(module: str) -> str:
@@ -75,6 +77,15 @@ def test_imports_run_down_and_not_across_the_adapters() -> None:
 def test_the_core_does_no_io(name: str) -> None:
     roots = {target.split(".")[0] for target in modules()[name]}
     assert not roots & IO_LIBRARIES
+
+
+@pytest.mark.parametrize("name", sorted(n for n in modules()
+                                        if room(n) in ("run", "jobs", "report", "cli")))
+def test_only_adapters_speak_to_the_servers_drivers(name: str) -> None:
+    """`indexer run`'s wing (its wiring included: it names adapters, not drivers), the jobs
+    and the CLI work with ports and adapters: a driver's types and errors stay inside."""
+    roots = {target.split(".")[0] for target in modules()[name]}
+    assert not roots & DRIVERS
 
 
 def test_no_import_cycles() -> None:

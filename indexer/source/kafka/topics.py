@@ -17,8 +17,9 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from indexer.core.streams import Stream
 from indexer.settings import KafkaSettings
-from indexer.source.kafka.consumer import client_security, partition_numbers, probe
+from indexer.source.kafka.clients import client_security, partition_numbers, probe
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 # One partition is read at a time: a megabyte per fetch keeps a scan's memory small (a
@@ -79,17 +80,18 @@ class TopicReader:
         assert self._admin is not None, "use the reader as an async context manager"
         return self._admin
 
-    async def partitions(self, topic: str) -> list[TopicPartition]:
+    async def partitions(self, topic: str) -> list[Stream]:
         """The topic's partitions; empty when it does not exist."""
-        return [TopicPartition(topic, p) for p in await partition_numbers(self.admin, topic)]
+        return [Stream(topic, p) for p in await partition_numbers(self.admin, topic)]
 
-    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+    async def bounds(self, partition: Stream) -> tuple[int, int]:
         """(first offset kept, next offset to be written)."""
+        tp = _tp(partition)
         begin = (await self.consumer.beginning_offsets([tp]))[tp]
         return begin, (await self.consumer.end_offsets([tp]))[tp]
 
     async def lag(self, group: str, topics: list[str]) -> list[PartitionLag]:
-        tps = [tp for topic in topics for tp in await self.partitions(topic)]
+        tps = [_tp(p) for topic in topics for p in await self.partitions(topic)]
         if not tps:
             return []
         ends = await self.consumer.end_offsets(tps)
@@ -118,15 +120,15 @@ class TopicReader:
                 newest = last[0]
         return newest
 
-    async def read(self, tp: TopicPartition, start: int, stop: int) -> list[Record]:
+    async def read(self, partition: Stream, start: int, stop: int) -> list[Record]:
         """Records with offsets in [start, stop) (fewer where compaction or transaction
         markers left gaps)."""
-        return [r async for batch in self.batches(tp, start, stop) for r in batch]
+        return [r async for batch in self.batches(partition, start, stop) for r in batch]
 
-    async def batches(self, tp: TopicPartition, start: int,
+    async def batches(self, partition: Stream, start: int,
                       stop: int) -> AsyncIterator[list[Record]]:
         """The records with offsets in [start, stop), fetch by fetch: one pass forward."""
-        consumer = self.consumer
+        consumer, tp = self.consumer, _tp(partition)
         consumer.assign([tp])
         consumer.seek(tp, start)
         while True:
@@ -138,28 +140,33 @@ class TopicReader:
             if batch[-1].offset >= stop - 1 or await consumer.position(tp) >= stop:
                 return
 
-    async def scan_back(self, tp: TopicPartition, match: Callable[[Record], bool], *,
+    async def scan_back(self, partition: Stream, match: Callable[[Record], bool], *,
                         limit: int, budget: int) -> tuple[list[Record], int]:
         """The newest ``limit`` records that ``match`` (newest first) among the last
         ``budget`` offsets of the partition, and the offsets covered. Read forward in one
         pass: each fetch brings megabytes, so stepping backwards would read them many times."""
-        begin, end = await self.bounds(tp)
+        begin, end = await self.bounds(partition)
         start = max(begin, end - budget)
         found: deque[Record] = deque(maxlen=limit)
-        async for batch in self.batches(tp, start, end):
+        async for batch in self.batches(partition, start, end):
             found.extend(r for r in batch if match(r))
         return list(reversed(found)), end - start
 
     async def since(self, topic: str, since_ms: int | None) -> AsyncIterator[list[Record]]:
         """The records of ``topic`` from ``since_ms`` (or its beginning), fetch by fetch."""
-        for tp in await self.partitions(topic):
-            start, end = await self.bounds(tp)
+        for partition in await self.partitions(topic):
+            start, end = await self.bounds(partition)
             if since_ms is not None:
+                tp = _tp(partition)
                 at = (await self.consumer.offsets_for_times({tp: since_ms}))[tp]
                 start = at.offset if at is not None else end
             if start < end:
-                async for batch in self.batches(tp, start, end):
+                async for batch in self.batches(partition, start, end):
                     yield batch
+
+
+def _tp(partition: Stream) -> TopicPartition:
+    return TopicPartition(partition.name, partition.part)
 
 
 def iso_time(ms: int) -> str:

@@ -70,9 +70,9 @@ def test_offsets_already_observed_say_nothing_and_the_fast_path_agrees() -> None
         assert (observe(cursor, offset, p) is None) == (observe_fast(
             fast, offset, p.file, p.pos, p.row, p.ts_ms, p.gtid, p.snapshot) is None)
     # The last was sent again (no GTID, no later commit): the highest coordinates stay.
-    assert cursor == fast and (cursor.file, cursor.pos, cursor.offset) == (3, 200, 2)
+    assert cursor == fast and (cursor.file, cursor.pos, cursor.position) == (3, 200, 2)
     assert observe(cursor, 1, point(1, 1, ts=T0 + 9)) is None  # a re-read: not observed
-    assert cursor.offset == 2
+    assert cursor.position == 2
 
 
 def test_each_epoch_versions_above_every_earlier_one() -> None:

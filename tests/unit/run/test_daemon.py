@@ -13,58 +13,55 @@ from typing import Any, TypeVar
 
 import orjson
 import pytest
-from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from indexer.build import load_native
 from indexer.config import build_config
 from indexer.core import native as native_module
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
 from indexer.core.sources import Registry
+from indexer.core.streams import Deliveries, Delivery, RevokeHook, Stream
 from indexer.core.trees import Touch
+from indexer.core.writes import Op, Outcome
 from indexer.metrics import Metrics
 from indexer.run.daemon import Daemon
-from indexer.run.follower import Follower
-from indexer.run.rebuilds import Request
-from indexer.run.wiring import Parts
-from indexer.search.sink import Op, Outcome
+from indexer.run.ports import Parts, Request
 from indexer.settings import Config, TableConfig
-from indexer.source.kafka.consumer import Records, RevokeHook
+from indexer.source.kafka.dead_letters import dead_letter_for
 from tests.unit.corpus import POISON, messages
 
 T = TypeVar("T")
 TOPIC = "mysql.indexer_test.t1"
-TP = TopicPartition(TOPIC, 0)
+TP = Stream(TOPIC, 0)
 CONFIG = build_config({"tables": [{"name": "indexer_test.t1", "topic": TOPIC}],
                        "batch": {"linger_ms": 0, "max_linger_ms": 0, "max_events": 2}},
                       Path())
 
 
-def record(offset: int, key: bytes | None, value: bytes | None) -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord(TOPIC, 0, offset, 0, 0, key, value, None, len(key or b""),
-                          len(value or b""), ())
+def record(offset: int, key: bytes | None, value: bytes | None) -> Delivery:
+    return Delivery(TP, offset, key, value, len(key or b"") + len(value or b""))
 
 
 class MemorySource:
-    """Hands out its records once, in slices; keeps every commit."""
+    """Hands out its changes once, in slices; keeps every commit."""
 
     def __init__(self, pairs: Sequence[tuple[bytes | None, bytes | None]]) -> None:
         self.pending = [record(i, k, v) for i, (k, v) in enumerate(pairs)]
-        self.commits: list[dict[TopicPartition, int]] = []
+        self.commits: list[dict[Stream, int]] = []
 
-    async def fetch(self, max_records: int, timeout_ms: int) -> Records:
+    async def fetch(self, max_records: int, timeout_ms: int) -> Deliveries:
         if not self.pending:
             await asyncio.sleep(timeout_ms / 1000)
             return {}
         taken, self.pending = self.pending[:max_records], self.pending[max_records:]
         return {TP: taken}
 
-    def assignment(self) -> set[TopicPartition]:
+    def assignment(self) -> set[Stream]:
         return {TP}
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        self.commits.append(dict(offsets))
+    async def commit(self, positions: dict[Stream, int]) -> None:
+        self.commits.append(dict(positions))
 
-    def lag(self, tp: TopicPartition, next_offset: int) -> int | None:
+    def lag(self, stream: Stream, next_position: int) -> int | None:
         return None
 
 
@@ -92,12 +89,16 @@ class MemorySink:
 
 
 class MemoryDeadLetters:
-    def __init__(self) -> None:
+    """Keeps each letter as the dead-letter topic would (topic, original value, headers)."""
+
+    def __init__(self, topic: str = CONFIG.kafka.dead_letter_topic) -> None:
+        self.topic = topic
         self.letters: list[tuple[str, bytes | None, dict[str, bytes]]] = []
 
-    async def deliver(self, topic: str, key: bytes | None, value: bytes | None,
-                      headers: Sequence[tuple[str, bytes]], *, max_backoff_s: float) -> None:
-        self.letters.append((topic, value, dict(headers)))
+    async def deliver(self, delivery: Delivery, kind: str, reason: str, attempts: int) -> None:
+        letter = dead_letter_for(delivery, kind, reason, attempts)
+        self.letters.append((self.topic, delivery.value,
+                             dict([*delivery.headers, *letter.headers()])))
 
 
 class MemoryRegistries:
@@ -132,10 +133,7 @@ def parts_of(source: MemorySource, sink: MemorySink, letters: MemoryDeadLetters,
     @contextlib.asynccontextmanager
     async def factory(config: Config, metrics: Metrics, tables: dict[str, Any],
                       on_revoked: RevokeHook) -> AsyncIterator[Parts]:
-        follower = Follower(MemoryRegistries(), metrics)
-        for table in tables.values():
-            await follower.load(table.config)
-        yield Parts(source, sink, letters, follower, schemas or AcceptingSchemas())
+        yield Parts(source, sink, letters, MemoryRegistries(), schemas or AcceptingSchemas())
 
     return factory
 
@@ -183,7 +181,7 @@ async def test_the_first_layout_after_a_start_and_after_a_rebalance_is_checked(
     await task
     assert schemas.firsts == [True]  # the lifecycle keeps one layout: checked once, at start
     await daemon._on_revoked({TP})
-    table = daemon._tables[TP.topic]
+    table = daemon._tables[TP.name]
     assert table.decoder.layout is None  # the next owner's first row is checked again
 
 
@@ -242,35 +240,33 @@ JOINED = build_config({"tables": [{
     "batch": {"linger_ms": 0, "max_linger_ms": 0, "max_events": 2}}, Path())
 
 
-def change(topic: str, partition: int, offset: int, row: dict[str, Any],
-           ) -> ConsumerRecord[bytes, bytes]:
+def change(topic: str, partition: int, offset: int, row: dict[str, Any]) -> Delivery:
     value = {"op": "u", "before": row, "after": row, "source": {
         "file": "mysql-bin.000001", "pos": 1000 + offset, "row": 0, "ts_ms": 1}}
     key = orjson.dumps({"id": row["id"]})
     body = orjson.dumps(value)
-    return ConsumerRecord(topic, partition, offset, 0, 0, key, body, None, len(key), len(body),
-                          ())
+    return Delivery(Stream(topic, partition), offset, key, body, len(key) + len(body))
 
 
 class Partitions(MemorySource):
-    """Records of several partitions, handed out in the order given."""
+    """Changes of several streams, handed out in the order given."""
 
-    def __init__(self, records: list[ConsumerRecord[bytes, bytes]]) -> None:
+    def __init__(self, records: list[Delivery]) -> None:
         super().__init__([])
         self.records = records
 
-    async def fetch(self, max_records: int, timeout_ms: int) -> Records:
+    async def fetch(self, max_records: int, timeout_ms: int) -> Deliveries:
         if not self.records:
             await asyncio.sleep(timeout_ms / 1000)
             return {}
         first = self.records.pop(0)
-        return {TopicPartition(first.topic, first.partition): [first]}
+        return {first.stream: [first]}
 
-    def assignment(self) -> set[TopicPartition]:
-        return {TopicPartition(PRODUCTS, 0), TopicPartition(CATEGORIES, 0)}
+    def assignment(self) -> set[Stream]:
+        return {Stream(PRODUCTS, 0), Stream(CATEGORIES, 0)}
 
     def committed(self, topic: str) -> int:
-        offsets = [c[tp] for c in self.commits for tp in c if tp.topic == topic]
+        offsets = [c[s] for c in self.commits for s in c if s.name == topic]
         return max(offsets, default=0)
 
 
@@ -314,9 +310,8 @@ async def test_a_fan_out_holds_back_its_own_partition_only() -> None:
     @contextlib.asynccontextmanager
     async def factory(config: Config, metrics: Metrics, tables: Mapping[str, Any],
                       on_revoked: RevokeHook) -> AsyncIterator[Parts]:
-        follower = Follower(MemoryRegistries(), metrics)
-        await follower.load(config.tables[0])
-        yield Parts(source, MemorySink(), letters, follower, AcceptingSchemas(), rebuilds)
+        yield Parts(source, MemorySink(), letters, MemoryRegistries(), AcceptingSchemas(),
+                    rebuilds)
 
     daemon = Daemon(JOINED, parts=factory)
     task = asyncio.create_task(daemon.run())
@@ -325,7 +320,7 @@ async def test_a_fan_out_holds_back_its_own_partition_only() -> None:
     assert rebuilds.rebuilt == list(range(6)) and source.committed(CATEGORIES) == 0
     rebuilds.release.set()
     await until(lambda: source.committed(CATEGORIES) == 1, task)
-    assert [r.holder for r in rebuilds.finished] == [TopicPartition(CATEGORIES, 0)]
+    assert [r.holder for r in rebuilds.finished] == [Stream(CATEGORIES, 0)]
     daemon.stop()
     await task
     assert not letters.letters

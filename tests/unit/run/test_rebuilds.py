@@ -14,7 +14,8 @@ from indexer.config import build_config
 from indexer.core.trees import Touch, Values
 from indexer.metrics import Metrics
 from indexer.run import rebuilds as rebuilds_module
-from indexer.run.rebuilds import REBUILD_FAILED, Rebuilds, Request
+from indexer.run.ports import Request
+from indexer.run.rebuilds import REBUILD_FAILED, Rebuilds
 
 CONFIG = build_config({"tables": [{"name": "shop.products", "lookups": {"category": {
     "table": "categories", "on": {"category_id": "id"}}}}]}, Path())

@@ -1,14 +1,9 @@
 from typing import Any
 
 from indexer.core.documents import Write
+from indexer.core.writes import Op, Outcome
 from indexer.metrics import Metrics
-from indexer.search.sink import (
-    MAX_SERVER_ERROR_ATTEMPTS,
-    ElasticsearchSink,
-    Op,
-    Outcome,
-    _Round,
-)
+from indexer.search.sink import MAX_SERVER_ERROR_ATTEMPTS, ElasticsearchSink, _Round
 from indexer.settings import ElasticsearchSettings
 
 

@@ -6,24 +6,42 @@ import re
 import pytest
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from indexer.core.streams import Deliveries, Delivery, Stream
 from indexer.outages import Outage
 from indexer.settings import KafkaSettings
-from indexer.source.kafka.consumer import KafkaSource, Records, library_errors_told, topics_pattern
+from indexer.source.kafka.consumer import (
+    KafkaSource,
+    _delivery,
+    library_errors_told,
+    topics_pattern,
+)
+from indexer.source.kafka.dead_letters import REPLAY_HEADER
 
-A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+A, B = Stream("t", 0), Stream("t", 1)
 
 
-def records(tp: TopicPartition, start: int, n: int) -> list[ConsumerRecord[bytes, bytes]]:
-    return [ConsumerRecord(tp.topic, tp.partition, o, 0, 0, b"k", b"v", None, 1, 1, ())
+def records(stream: Stream, start: int, n: int) -> list[Delivery]:
+    """Records of a partition as the reader task hands them over: changes of a stream."""
+    return [_delivery(stream, ConsumerRecord(stream.name, stream.part, o, 0, 0, b"k", b"v", None,
+                                             1, 1, ()))
             for o in range(start, start + n)]
 
 
-def offsets(fetched: Records) -> dict[TopicPartition, list[int]]:
-    return {tp: [r.offset for r in batch] for tp, batch in fetched.items()}
+def offsets(fetched: Deliveries) -> dict[Stream, list[int]]:
+    return {stream: [d.position for d in batch] for stream, batch in fetched.items()}
 
 
-async def no_hook(revoked: set[TopicPartition]) -> None:
+async def no_hook(revoked: set[Stream]) -> None:
     pass
+
+
+def test_a_record_is_a_change_of_its_partitions_stream_at_its_offset() -> None:
+    record = ConsumerRecord("t", 1, 41, 0, 0, b"k", b"v", None, 1, 2, ())
+    assert _delivery(B, record) == Delivery(B, 41, b"k", b"v", 3)
+    # a replayed dead letter says where its change was first delivered
+    replayed = ConsumerRecord("t", 1, 42, 0, 0, b"k", b"v", None, 1, 2,
+                              ((REPLAY_HEADER, b"t/0/7"),))
+    assert _delivery(B, replayed).replay_of == ("t/0", 7)
 
 
 async def test_a_fetch_is_handed_over_in_slices_in_partition_order() -> None:
@@ -37,15 +55,15 @@ async def test_a_fetch_is_handed_over_in_slices_in_partition_order() -> None:
 
 
 async def test_records_fetched_before_a_rebalance_are_dropped() -> None:
-    revoked: list[set[TopicPartition]] = []
+    revoked: list[set[Stream]] = []
 
-    async def hook(tps: set[TopicPartition]) -> None:
-        revoked.append(tps)
+    async def hook(streams: set[Stream]) -> None:
+        revoked.append(streams)
 
     source = KafkaSource(KafkaSettings(), ["t"], hook)
     await source._fetched.put((0, {A: records(A, 0, 4)}))
     assert offsets(await source.fetch(1, 0)) == {A: [0]}
-    await source._revoked({A})
+    await source._revoked({TopicPartition("t", 0)})
     assert revoked == [{A}]
     assert await source.fetch(10, 0) == {}  # the rest of the old fetch is gone
     await source._fetched.put((0, {A: records(A, 4, 1)}))  # fetched before, queued late

@@ -1,15 +1,18 @@
 from datetime import UTC, datetime
 
-from aiokafka.structs import ConsumerRecord
+from indexer.core.streams import Delivery, Stream
+from indexer.source.kafka.dead_letters import (
+    DeadLetter,
+    ReplayFilter,
+    dead_letter_for,
+    original_headers,
+)
 
-from indexer.jobs.dlq import DeadLetter, ReplayFilter, dead_letter_for, original_headers
 
-
-def record() -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord(topic="mysql.shop.items", partition=2, offset=41, timestamp=0,
-                          timestamp_type=0, key=b'{"id":1}', value=b"garbage", checksum=None,
-                          serialized_key_size=8, serialized_value_size=7,
-                          headers=(("trace", b"t-1"),))
+def record() -> Delivery:
+    """Offset 41 of partition 2 of a table's topic, as the consumer delivers it."""
+    return Delivery(Stream("mysql.shop.items", 2), 41, b'{"id":1}', b"garbage", 15,
+                    headers=(("trace", b"t-1"),))
 
 
 def test_dead_letter_headers_round_trip_and_keep_the_original() -> None:
