@@ -6,15 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_never,
-    wait_random_exponential,
-)
+from tenacity import AsyncRetrying, RetryCallState
 
 from indexer.errors import SearchBusy
+from indexer.retrying import forever
 from indexer.search.client import SearchError, TransportError
 
 # Waits start around this many seconds and double, with jitter, up to the caller's ceiling
@@ -33,7 +28,5 @@ def retrying(max_backoff_s: float, *, first_wait_s: float = FIRST_WAIT_S,
              before_sleep: Callable[[RetryCallState], None] | None = None) -> AsyncRetrying:
     """``async for attempt in retrying(...): with attempt: ...``: forever while failures are
     transient; anything else is raised at once."""
-    return AsyncRetrying(retry=retry_if_exception(transient),
-                         wait=wait_random_exponential(multiplier=first_wait_s,
-                                                      max=max_backoff_s),
-                         stop=stop_never, reraise=True, before_sleep=before_sleep)
+    return forever(transient, first_wait_s=first_wait_s, max_backoff_s=max_backoff_s,
+                   before_sleep=before_sleep)

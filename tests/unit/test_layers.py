@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).parents[2] / "indexer"
 # a rank but not each other: a search-server module has no business with MySQL or Kafka.
 RANKS = {
     "security": 0, "build": 0, "progress": 0, "errors": 0,
-    "settings": 1, "logs": 1, "outages": 1,
+    "settings": 1, "logs": 1, "outages": 1, "retrying": 1,
     "config": 2, "join_config": 2, "metrics": 2,
     "core": 3,
     "search": 4, "source": 4,

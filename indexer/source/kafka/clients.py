@@ -19,15 +19,10 @@ from aiokafka.errors import (
     SaslAuthenticationFailed,
     UnsupportedSaslMechanismError,
 )
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_never,
-    wait_random_exponential,
-)
+from tenacity import AsyncRetrying, RetryCallState
 
 from indexer.errors import ConfigError, KafkaUnavailable
+from indexer.retrying import forever
 from indexer.security import tls_context
 from indexer.settings import KafkaSettings
 
@@ -55,10 +50,8 @@ def retrying(max_backoff_s: float, *,
              before_sleep: Callable[[RetryCallState], None] | None = None) -> AsyncRetrying:
     """Kafka's retry policy: every failure tried again, with growing jittered waits up to
     ``max_backoff_s`` (what is sent to Kafka must never be lost)."""
-    return AsyncRetrying(retry=retry_if_exception_type(Exception), stop=stop_never,
-                         reraise=True, before_sleep=before_sleep,
-                         wait=wait_random_exponential(multiplier=RETRY_FIRST_WAIT_S,
-                                                      max=max_backoff_s))
+    return forever(lambda exc: isinstance(exc, Exception), first_wait_s=RETRY_FIRST_WAIT_S,
+                   max_backoff_s=max_backoff_s, before_sleep=before_sleep)
 
 
 def client_security(settings: KafkaSettings) -> dict[str, Any]:

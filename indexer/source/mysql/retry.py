@@ -12,15 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pymysql
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_never,
-    wait_random_exponential,
-)
+from tenacity import AsyncRetrying, RetryCallState
 
 from indexer.errors import ConfigError, MySQLUnreachable, ReplicaBehind
+from indexer.retrying import forever
 from indexer.source.mysql.connection import unreachable
 
 # Waits start around this many seconds and double, with jitter, up to the caller's ceiling.
@@ -70,7 +65,5 @@ def retrying(max_backoff_s: float, *, retry_on: Callable[[BaseException], bool] 
              before_sleep: Callable[[RetryCallState], None] | None = None) -> AsyncRetrying:
     """``async for attempt in retrying(...): with attempt: ...``: again and again while
     ``retry_on`` says so, anything else raised at once."""
-    return AsyncRetrying(retry=retry_if_exception(retry_on),
-                         wait=wait_random_exponential(multiplier=FIRST_WAIT_S,
-                                                      max=max_backoff_s),
-                         stop=stop_never, reraise=True, before_sleep=before_sleep)
+    return forever(retry_on, first_wait_s=FIRST_WAIT_S, max_backoff_s=max_backoff_s,
+                   before_sleep=before_sleep)
