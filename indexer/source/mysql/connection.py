@@ -39,6 +39,8 @@ def quote(identifier: str) -> str:
 # gone away, connection lost, shutting down, too many connections. Waited out, never told
 # as a configuration error.
 UNREACHABLE_CODES = frozenset({1040, 1053, 2002, 2003, 2006, 2013, 2055})
+# ... unless the connection failed in its TLS handshake (2003 too): a setting to fix.
+_TLS_FAILURE = re.compile(r"SSL|TLS|certificate", re.IGNORECASE)
 
 
 def unreachable(exc: BaseException | None) -> bool:
@@ -48,7 +50,7 @@ def unreachable(exc: BaseException | None) -> bool:
             return True
         if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError) and (
                 (exc.args and exc.args[0] in UNREACHABLE_CODES) or not exc.args
-                or exc.args[0] == 0):
+                or exc.args[0] == 0) and not _TLS_FAILURE.search(str(exc.args[-1:])):
             return True
         exc = exc.__cause__
     return False
@@ -62,14 +64,17 @@ def connect(settings: MySQLSettings, database: str) -> pymysql.connections.Conne
                                charset="utf8mb4", autocommit=True,
                                init_command=INIT_COMMAND, **_tls(settings))
     except pymysql.err.OperationalError as exc:
-        if exc.args and exc.args[0] in UNREACHABLE_CODES:
+        refused = _refusal(settings, exc)
+        if refused is None:
             raise MySQLUnreachable(f"mysql {settings.host}:{settings.port} is unreachable "
                                    f"({exc.args[-1]}); if it is up, check mysql.host and "
                                    "mysql.port") from exc
-        raise ConfigError(_refusal(settings, exc)) from exc
+        raise ConfigError(refused) from exc
 
 
-def _refusal(settings: MySQLSettings, exc: pymysql.err.OperationalError) -> str:
+def _refusal(settings: MySQLSettings, exc: pymysql.err.OperationalError) -> str | None:
+    """The line naming what to fix when the server refused the settings; None when no server
+    answered at all (the address is not listening, or it went away)."""
     code = exc.args[0] if exc.args else 0
     text = str(exc.args[1] if len(exc.args) > 1 else exc)
     where = f"mysql {settings.host}:{settings.port}"
@@ -90,6 +95,8 @@ def _refusal(settings: MySQLSettings, exc: pymysql.err.OperationalError) -> str:
                 "mysql.host and mysql.port at a server with TLS")
     if "SSL" in text or "TLS" in text or code == 2026:
         return f"{where}: TLS failed ({tls_reason(text)}); check mysql.tls and mysql.ca_file"
+    if code in UNREACHABLE_CODES:
+        return None
     return f"{where}: {text} (error {code}); check mysql.host and mysql.port"
 
 

@@ -1,7 +1,10 @@
 import itertools
 
+import pymysql
+
 from indexer.core.layout import Column, TableLayout
-from indexer.source.mysql import checksum_sql, value_sql
+from indexer.settings import MySQLSettings
+from indexer.source.mysql import checksum_sql, connection, value_sql
 from indexer.source.mysql.snapshots import RowReader, open_slices
 
 
@@ -85,3 +88,18 @@ def test_texts_hash_as_the_document_holds_the_values() -> None:
     # SET members as JSON strings: '"' and '\' escaped as orjson escapes them
     assert "REPLACE(REPLACE(CONVERT(`s` USING utf8mb4), '\\\\', '\\\\\\\\'), '\"', '\\\\\"')" \
         in value_sql.text_sql(members)
+
+
+def test_no_server_is_unreachable_but_a_refused_certificate_is_a_setting() -> None:
+    settings = MySQLSettings(host="db", port=3306)
+    refused = pymysql.err.OperationalError(
+        2003, "Can't connect to MySQL server on 'db' ([Errno 111] Connection refused)")
+    untrusted = pymysql.err.OperationalError(
+        2003, "Can't connect to MySQL server on 'db' ([SSL: CERTIFICATE_VERIFY_FAILED] "
+              "certificate verify failed: self-signed certificate in certificate chain)")
+    assert connection._refusal(settings, refused) is None
+    assert connection.unreachable(refused) and not connection.unreachable(untrusted)
+    line = connection._refusal(settings, untrusted)
+    assert line is not None and "mysql.ca_file" in line
+    denied = pymysql.err.OperationalError(1045, "Access denied for user 'x'")
+    assert "refused user" in str(connection._refusal(settings, denied))
