@@ -64,6 +64,43 @@ def decimal_from_unscaled(unscaled: int, scale: int) -> str:
 
 
 
+# Bytes of a binary DECIMAL's leftover digits (fewer than the 9 a 4-byte group holds).
+_DIGIT_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+
+
+def decimal_binary_size(precision: int, scale: int) -> int:
+    """Bytes of MySQL's binary DECIMAL(precision, scale)."""
+    whole = precision - scale
+    return (whole // 9 + scale // 9) * 4 + _DIGIT_BYTES[whole % 9] + _DIGIT_BYTES[scale % 9]
+
+
+def decimal_from_binary(data: bytes, precision: int, scale: int) -> str:
+    """MySQL's binary DECIMAL (in a binlog row, in binary JSON): the integer and the fraction
+    digits in groups of nine (four bytes each, big-endian) and their leftover digits in fewer
+    bytes; the sign in the top bit (set: positive), every byte inverted when negative."""
+    whole = precision - scale
+    sizes = ([_DIGIT_BYTES[whole % 9]] if whole % 9 else []) + [4] * (whole // 9)
+    sizes += [4] * (scale // 9) + ([_DIGIT_BYTES[scale % 9]] if scale % 9 else [])
+    raw = bytearray(data[:sum(sizes)])
+    negative = not raw[0] & 0x80
+    raw[0] ^= 0x80
+    if negative:
+        raw = bytearray(b ^ 0xFF for b in raw)
+    whole_groups = (1 if whole % 9 else 0) + whole // 9
+    at, digits = 0, []
+    for n, size in enumerate(sizes):
+        group = int.from_bytes(raw[at:at + size], "big")
+        if n == 0 and n < whole_groups:
+            digits.append(str(group))
+        elif n < whole_groups or n - whole_groups < scale // 9:
+            digits.append(f"{group:09d}")
+        else:
+            digits.append(f"{group:0{scale % 9}d}")
+        at += size
+    unscaled = int("".join(digits) or "0")
+    return decimal_from_unscaled(-unscaled if negative else unscaled, scale)
+
+
 def decimal_from_base64(encoded: Any, scale: int) -> str:
     """Kafka Connect's Decimal: big-endian two's-complement bytes of the unscaled value."""
     return decimal_from_unscaled(unscaled_from_base64(encoded), scale)
