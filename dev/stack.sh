@@ -282,6 +282,7 @@ start_pair_server() { # start_pair_server <server> <port> <server id>: a fresh G
   nohup mariadbd --no-defaults --datadir="$dir/data" --port="$port" --bind-address=127.0.0.1 \
     --socket="$dir/mysqld.sock" --pid-file="$dir/mariadbd.pid" --user=root --server-id="$id" \
     --log-bin="$dir/data/$server-bin" --binlog-format=ROW --binlog-row-image=FULL \
+    --binlog-row-metadata=FULL \
     --log-slave-updates --gtid-strict-mode=1 --character-set-server=utf8mb4 \
     --collation-server=utf8mb4_unicode_ci --skip-name-resolve --innodb-buffer-pool-size=64M \
     --log-error="$(log_file "$server")" >/dev/null 2>&1 &
@@ -330,7 +331,8 @@ start_mariadb() {
   pinned "$MYSQL_CPUS" nohup mariadbd --no-defaults --datadir="$dir/data" --port="$MYSQL_PORT" \
     --bind-address=127.0.0.1 --socket="$dir/mysqld.sock" --pid-file="$dir/mariadbd.pid" \
     --user=root --server-id=1 --log-bin="$dir/data/mysql-bin" --binlog-format=ROW \
-    --binlog-row-image=FULL --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci \
+    --binlog-row-image=FULL --binlog-row-metadata=FULL --character-set-server=utf8mb4 \
+    --collation-server=utf8mb4_unicode_ci \
     --skip-name-resolve --max-connections=500 --innodb-buffer-pool-size=512M \
     --innodb-flush-log-at-trx-commit=2 --sync-binlog=0 "${tls_options[@]}" \
     --log-error="$(log_file mariadb)" >/dev/null 2>&1 &

@@ -41,6 +41,7 @@ from indexer.settings import (
     LoggingSettings,
     MetricsSettings,
     MySQLSettings,
+    SourceSettings,
     TableConfig,
     VerifySettings,
     VersionSource,
@@ -240,6 +241,15 @@ def _check_verify(verify: VerifySettings) -> VerifySettings:
     if verify.settle_s < 0:
         raise ConfigError("verify.settle_s must be 0 or more")
     return verify
+
+
+def _check_source(source: SourceSettings) -> SourceSettings:
+    if not source.name:
+        raise ConfigError("source.name must not be empty")
+    if not 0 <= source.replica_id < 1 << 32:
+        raise ConfigError("source.replica_id must be a server id: 1 to 4294967295 (0: derived "
+                          "from source.name)")
+    return source
 
 
 def _check_kafka(kafka: KafkaSettings) -> KafkaSettings:
@@ -459,7 +469,7 @@ def _coerce(value: Any, hint: Any, base_dir: Path) -> Any:
 
 # Every section, with its check (each returns the section, normalised where it must be).
 SECTIONS: dict[str, type[Any]] = {
-    "kafka": KafkaSettings, "connector": ConnectorSettings,
+    "kafka": KafkaSettings, "source": SourceSettings, "connector": ConnectorSettings,
     "elasticsearch": ElasticsearchSettings, "mysql": MySQLSettings, "batch": BatchSettings,
     "connect": ConnectSettings, "health": HealthSettings, "canary": CanarySettings,
     "verify": VerifySettings, "deletes": DeletesSettings, "metrics": MetricsSettings,
@@ -467,6 +477,7 @@ SECTIONS: dict[str, type[Any]] = {
 }
 CHECKS: dict[type[Any], Callable[[Any], Any]] = {
     ElasticsearchSettings: _check_elasticsearch, KafkaSettings: _check_kafka,
+    SourceSettings: _check_source,
     ConnectSettings: _check_connect, BatchSettings: _check_batch, HealthSettings: _check_health,
     VerifySettings: _check_verify, LoggingSettings: _check_logging,
     CanarySettings: _check_canary,

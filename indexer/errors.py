@@ -67,6 +67,11 @@ class SourceError(Permanent, ValueError):
     """A position that cannot be versioned (the message says why and what to do)."""
 
 
+class BinlogPurged(Permanent):
+    """The binlog no longer holds the position to resume from: changes in between are lost
+    to the stream, and only a reindex brings the index back to the table."""
+
+
 class IntoReplica(Permanent):
     """The canary's beats would be written into a replica (errant transactions)."""
 

@@ -86,3 +86,9 @@ class Outages:
         "the search server", "writes (nothing past them is committed)"))
     mysql: Outage = field(default_factory=lambda: Outage(
         "MySQL", "verification, joined documents' rebuilds and the canary's beats"))
+
+    @classmethod
+    def reading_binlog(cls) -> Outages:
+        """A process that reads the binlog: every change waits for MySQL too."""
+        return cls(mysql=Outage("MySQL", "the binlog's changes, verification, joined "
+                                         "documents' rebuilds and the canary's beats"))

@@ -87,6 +87,7 @@ NewColumns = Literal["map", "keep"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 LogFormat = Literal["console", "json"]
 JoinKind = Literal["lookup", "child"]
+SourceKind = Literal["kafka", "binlog"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,16 @@ class KafkaSettings:
     @property
     def sasl(self) -> bool:
         return self.security_protocol.startswith("SASL_")
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """Where `indexer run` reads changes: Debezium's topics in Kafka, or the binlog itself."""
+
+    kind: SourceKind = "kafka"
+    # The deployment reading the binlog: its daemons share one saved position (and one reader).
+    name: str = "indexer"
+    replica_id: int = 0  # the server id it reads the binlog as; 0: derived from name
 
 
 @dataclass(frozen=True)
@@ -348,6 +359,7 @@ class TableConfig:
 class Config:
     tables: tuple[TableConfig, ...]
     kafka: KafkaSettings = KafkaSettings()
+    source: SourceSettings = SourceSettings()
     connector: ConnectorSettings = ConnectorSettings()
     elasticsearch: ElasticsearchSettings = ElasticsearchSettings()
     mysql: MySQLSettings = MySQLSettings()
@@ -369,6 +381,12 @@ class Config:
                 value = getattr(section, f.name)
                 if isinstance(value, Secret):
                     yield value
+
+    @property
+    def deployment(self) -> str:
+        """The name the daemons of this deployment share: the consumer group on Kafka, the
+        source name on the binlog (the canary's beat row, the saved binlog position)."""
+        return self.source.name if self.source.kind == "binlog" else self.kafka.group_id
 
     @property
     def canary_mysql(self) -> MySQLSettings:

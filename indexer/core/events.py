@@ -47,11 +47,14 @@ class LayoutChanged(Exception):
     learns what it needs (column types from MySQL, a mapping update), calls
     :meth:`EnvelopeDecoder.accept` and decodes the message again."""
 
-    def __init__(self, previous: Layout | None, current: Layout, schemaless: bool) -> None:
+    def __init__(self, previous: Layout | None, current: Layout, schemaless: bool,
+                 origin: str = "") -> None:
         super().__init__(f"new row layout: {describe_change(previous, current)}")
         self.previous = previous
         self.current = current
         self.schemaless = schemaless
+        self.origin = origin or ("names of the fields without schemas" if schemaless
+                                 else "Debezium's schema")  # where the layout was seen
 
 
 def layout_changes(previous: Layout | None,
@@ -426,7 +429,14 @@ class EnvelopeDecoder:
             position.ts_ms = envelope.ts_ms or 0
         return Change(op, self.decode_key(key), before, after, position)
 
-    def _check_layout(self, layout: Layout | None, row: dict[str, Any]) -> None:
+    def check(self, layout: Layout, origin: str) -> None:
+        """For a change a source decoded itself (a binlog's rows, ``origin`` their table map):
+        raises :class:`LayoutChanged` as :meth:`decode` would for its row layout."""
+        if layout is not self._layout:
+            self._check_layout(layout, {}, origin)
+
+    def _check_layout(self, layout: Layout | None, row: dict[str, Any],
+                      origin: str = "") -> None:
         schemaless = layout is None
         if layout is None:
             layout = frozenset((name, "") for name in row)
@@ -434,7 +444,7 @@ class EnvelopeDecoder:
             self._switch(layout)
             return
         if self._watch:  # the first layout too: a column may have been added while stopped
-            raise LayoutChanged(self._layout, layout, schemaless)
+            raise LayoutChanged(self._layout, layout, schemaless, origin)
         self.accept(layout)
 
     def _switch(self, layout: Layout) -> None:

@@ -60,6 +60,11 @@ def binlog_file_number(file: str) -> int:
     return int(match.group(1))
 
 
+def binlog_order(coordinates: tuple[str, int]) -> tuple[int, int]:
+    """(file number, position): binlog coordinates of one server in the order they grow."""
+    return binlog_file_number(coordinates[0]), coordinates[1]
+
+
 def parse_gtid(gtid: str | None) -> tuple[str, int] | None:
     """(the sequence's owner, sequence number) of a GTID; None if absent. MariaDB numbers
     transactions per replication domain, and a promoted server that missed the last ones

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from indexer.core.events import Change, Layout
+
 
 @dataclass(frozen=True, slots=True)
 class Stream:
@@ -23,7 +25,8 @@ class Stream:
 
 @dataclass(slots=True)
 class Delivery:
-    """One change as its source delivered it, not decoded yet (Debezium's key and value)."""
+    """One change as its source delivered it: Debezium's key and value, not decoded yet; or,
+    from a source that reads rows itself (the binlog), the change with its row layout."""
 
     stream: Stream
     position: int
@@ -34,6 +37,9 @@ class Delivery:
     # whose version epoch it keeps.
     replay_of: tuple[str, int] | None = None
     headers: Sequence[tuple[str, bytes]] = ()  # kept with a dead letter
+    change: Change | None = None  # decoded by the source: key and value are not read
+    layout: Layout | None = None  # the change's row layout, as decoders compare them
+    error: tuple[str, str] | None = None  # (kind, reason): the source could not decode it
 
     def describe(self) -> str:
         return f"{self.stream.name}[{self.stream.part}]@{self.position}"

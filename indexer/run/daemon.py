@@ -135,8 +135,9 @@ class Daemon:
             for table in (*cfg.tables, *((self._canary,) if self._canary else ())):
                 if table.version.kind == "binlog":
                     await self._follower.load(table)
-            log.info("indexer running: %d tables, group %s; %s", len(cfg.tables),
-                     cfg.kafka.group_id, current_build().describe)
+            log.info("indexer running: %d tables, %s %s; %s", len(cfg.tables),
+                     "binlog source" if cfg.source.kind == "binlog" else "group",
+                     cfg.deployment, current_build().describe)
             self.started.set()
             # Not `try/finally`: compiled by mypyc, an `await` inside `finally` mishandles the
             # exception in flight and may raise a stale one instead (mypyc#1114; seen here as
@@ -275,6 +276,8 @@ class Daemon:
         preparer = table.preparer
         if preparer is None or table.builder is None:
             return []
+        if not deliveries or deliveries[0].change is not None or deliveries[0].error is not None:
+            return []  # (a source that decodes rows itself)
         return preparer.prepare(native.slice_plan(table.decoder, table.builder),
                                 [d.key for d in deliveries], [d.value for d in deliveries])
 
@@ -292,10 +295,18 @@ class Daemon:
                 message.op = Op(table.config.alias,
                                 Write(prepared.id, version, prepared.document, deleted=False))
                 return message
-            change = table.decoder.decode(delivery.key, delivery.value)
-            if change is None:
-                message.op_kind = "tombstone"
+            change = delivery.change
+            if change is not None:  # decoded by its source (a binlog's rows)
+                if delivery.layout is not None:
+                    table.decoder.check(delivery.layout, "the binlog's table map")
+            elif delivery.error is not None:
+                message.error = delivery.error
                 return message
+            else:
+                change = table.decoder.decode(delivery.key, delivery.value)
+                if change is None:
+                    message.op_kind = "tombstone"
+                    return message
             message.op_kind = change.op
             message.ts_ms = change.position.ts_ms
             builder = table.builder

@@ -64,8 +64,7 @@ class SchemaWatch:
             return
         if not first:
             log.warning("table %s: the rows' layout changed (%s): %s", table.name,
-                        "names of the fields without schemas" if change.schemaless
-                        else "Debezium's schema", describe_change(change.previous, change.current))
+                        change.origin, describe_change(change.previous, change.current))
             self._metrics.layout_changes.labels(table.name).inc()
         layout = await self._read(table)
         if layout is not None:

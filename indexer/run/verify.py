@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from indexer.core.sources import gtid_set_reached
+from indexer.core.sources import binlog_order, gtid_set_reached
 from indexer.errors import ConnectUnavailable
 from indexer.jobs import chunk_check
 from indexer.jobs.chunk_check import Differences, Plan
@@ -42,6 +42,7 @@ from indexer.search.retry import transient
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
+from indexer.source.binlog.replication import binlog_end_of
 from indexer.source.kafka.clients import transient as kafka_transient
 from indexer.source.kafka.connect import ConnectClient
 from indexer.source.kafka.topics import TopicReader
@@ -139,8 +140,11 @@ class Verifier:
     whether this daemon looks after the table now."""
 
     def __init__(self, config: Config, metrics: Metrics,
-                 owns: Callable[[TableConfig], bool], outages: Outages | None = None) -> None:
+                 owns: Callable[[TableConfig], bool], outages: Outages | None = None,
+                 read_through: Callable[[], tuple[str, int]] | None = None) -> None:
         self._config = config
+        # On the binlog source: where it has committed every change before (not Kafka's).
+        self._read_through = read_through
         self._outages = outages or Outages()
         self._settings = config.verify
         self._metrics = metrics
@@ -158,8 +162,9 @@ class Verifier:
             self._sink = await self._stack.enter_async_context(ElasticsearchSink(
                 cfg.elasticsearch, self._metrics, max_backoff_s=cfg.batch.max_backoff_s,
                 outage=self._outages.search))
-            self._reader = await self._stack.enter_async_context(TopicReader(cfg.kafka))
-            if cfg.connect.url is not None:
+            if self._read_through is None:
+                self._reader = await self._stack.enter_async_context(TopicReader(cfg.kafka))
+            if cfg.connect.url is not None and self._read_through is None:
                 self._connect = await self._stack.enter_async_context(
                     ConnectClient(cfg.connect))
         except BaseException:
@@ -458,6 +463,8 @@ class Verifier:
         canary's small topic ahead of a backlog of other topics after Kafka was away (a
         row then looks different when it is only late, and a repair of it is harmless)."""
         await asyncio.sleep(self._settings.settle_s)
+        if self._read_through is not None:
+            return await self._read_binlog()
         deadline = time.monotonic() + BARRIER_TIMEOUT_S
         exact: bool | None = None  # None: the connector's offsets cannot tell
         if source_gtids is not None:
@@ -482,6 +489,18 @@ class Verifier:
         ends = {p.partition: p.end for p in await self._reader.lag(group, [table.topic])}
         while any((p.committed or 0) < ends.get(p.partition, 0)
                   for p in await self._reader.lag(group, [table.topic])):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(BARRIER_POLL_S)
+        return True
+
+    async def _read_binlog(self) -> bool:
+        """On the binlog source: waits until it has committed every change the binlog holds
+        now (exact: one server, one ordered stream)."""
+        assert self._read_through is not None
+        end = binlog_order(await asyncio.to_thread(binlog_end_of, self._config.mysql))
+        deadline = time.monotonic() + BARRIER_TIMEOUT_S
+        while binlog_order(self._read_through()) < end:
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(BARRIER_POLL_S)
@@ -514,7 +533,7 @@ class Verifier:
 
     async def _indexed_beat_ms(self, canary: TableConfig) -> int:
         found = await self._client.request(
-            "GET", f"/{canary.alias}/_doc/{quote(self._config.kafka.group_id)}", ok=(404,))
+            "GET", f"/{canary.alias}/_doc/{quote(self._config.deployment)}", ok=(404,))
         source = found.get("_source") if found and found.get("found") else None
         return int(source.get("beat_ms", 0)) if isinstance(source, dict) else 0
 

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 STATE_INDEX = "indexer-state"
 # A table's continuous verification record, beside its registry ("@" is in no alias).
 VERIFY_PREFIX = "verify@"
+# Where a deployment reading the binlog resumes (by source.name).
+BINLOG_PREFIX = "binlog@"
 # Concurrent writers of one table's document retry this often before giving up.
 MAX_CONFLICTS = 20
 
@@ -71,6 +73,18 @@ class StateStore:
         verifies the table, or a whole-table `indexer reconcile`), last one wins."""
         await self._ensure_index()
         await self._client.request("PUT", f"/{STATE_INDEX}/_doc/{quote(VERIFY_PREFIX + alias)}",
+                                   record)
+
+    async def binlog_position(self, name: str) -> dict[str, Any] | None:
+        """Where the deployment reading the binlog resumes (None: it never saved one)."""
+        found = await self._client.request(
+            "GET", f"/{STATE_INDEX}/_doc/{quote(BINLOG_PREFIX + name)}", ok=(404,))
+        return found["_source"] if found and found.get("found") else None
+
+    async def save_binlog_position(self, name: str, record: dict[str, Any]) -> None:
+        """Replaces it: only the deployment's one reader saves, after its writes are done."""
+        await self._ensure_index()
+        await self._client.request("PUT", f"/{STATE_INDEX}/_doc/{quote(BINLOG_PREFIX + name)}",
                                    record)
 
     async def snapshot_version(self, alias: str, file: str, pos: int, snapshot_ms: int,

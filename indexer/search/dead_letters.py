@@ -1,0 +1,80 @@
+"""Dead letters kept in the search server (the run wing's dead letters port where there is no
+Kafka: the binlog source): one document per change that could not be written, with why, where
+it was read (binlog coordinates and GTID) and the change itself (key and row images, as the
+document builder got them), in the index ``indexer-dead-letters``.
+
+A document's id is its deployment, stream and position: a change dead-lettered again after a
+restart replaces its letter instead of adding one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from indexer.core.streams import Delivery
+from indexer.search.client import SearchClient, SearchError, quote
+from indexer.search.retry import retrying
+
+DEAD_LETTER_INDEX = "indexer-dead-letters"
+# Reasons longer than this are cut: a letter is no place for a 1 MB document echo.
+MAX_REASON = 4000
+
+
+def letter_for(source: str, delivery: Delivery, kind: str, reason: str, attempts: int,
+               now: datetime | None = None) -> dict[str, Any]:
+    stream = delivery.stream
+    letter: dict[str, Any] = {
+        "source": source, "stream": stream.name, "part": stream.part,
+        "position": delivery.position, "kind": kind, "reason": reason[:MAX_REASON],
+        "attempts": attempts,
+        "failed_at": (now or datetime.now(UTC)).isoformat(timespec="milliseconds"),
+    }
+    change = delivery.change
+    if change is not None:
+        p = change.position
+        letter["binlog"] = {"file": p.file, "pos": p.pos, "row": p.row, "gtid": p.gtid,
+                            "ts_ms": p.ts_ms}
+        # Canonical values are JSON already, but for what a bug may leave: text, not a loss.
+        letter["change"] = orjson.loads(orjson.dumps(
+            {"op": change.op, "key": change.key, "before": change.before,
+             "after": change.after}, default=str))
+    return letter
+
+
+class SearchDeadLetters:
+    """The dead letters port on the search server: each letter stored until the server has it
+    (the search server's retry policy: a letter is never lost)."""
+
+    def __init__(self, client: SearchClient, source: str, max_backoff_s: float) -> None:
+        self._client = client
+        self._source = source
+        self._max_backoff_s = max_backoff_s
+        self._ready = False
+
+    async def deliver(self, delivery: Delivery, kind: str, reason: str, attempts: int) -> None:
+        letter = letter_for(self._source, delivery, kind, reason, attempts)
+        doc_id = quote(f"{self._source}/{delivery.stream.key}/{delivery.position}", safe="")
+        async for attempt in retrying(self._max_backoff_s):
+            with attempt:
+                await self._ensure_index()
+                await self._client.request("PUT", f"/{DEAD_LETTER_INDEX}/_doc/{doc_id}", letter)
+
+    async def _ensure_index(self) -> None:
+        if self._ready:
+            return
+        # The change is kept, not searched: its fields would map as whatever came first.
+        try:
+            await self._client.request("PUT", f"/{DEAD_LETTER_INDEX}", {
+                "settings": {"index": {"number_of_shards": 1, "auto_expand_replicas": "0-1"}},
+                "mappings": {"dynamic": False, "properties": {
+                    "source": {"type": "keyword"}, "stream": {"type": "keyword"},
+                    "kind": {"type": "keyword"}, "failed_at": {"type": "date"},
+                    "position": {"type": "long"},
+                    "change": {"type": "object", "enabled": False}}}})
+        except SearchError as exc:
+            if exc.kind != "resource_already_exists_exception":
+                raise
+        self._ready = True

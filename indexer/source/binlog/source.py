@@ -1,0 +1,233 @@
+"""The run wing's source on the binlog itself: the server's row changes of the tables read,
+one stream per table, each change decoded here (:mod:`indexer.core.binlog_changes`) and
+delivered with its row layout.
+
+A stream's positions are the changes' binlog coordinates packed as versions are (file
+number, position, row), so they grow in commit order. The binlog has one place to resume
+from, not one per stream: the start of the transaction of the oldest change delivered and
+not yet committed (or, with none outstanding, the end of the last whole transaction read).
+It is saved where every daemon of the deployment reads it (the search server's
+``indexer-state``), at most every ``SAVE_EVERY_S`` and when the source closes, and only ever
+for changes the loop committed: a restart reads again at most what was in flight, and
+replaying a change is harmless (its version is not above the one written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from indexer.core import binlog_events as ev
+from indexer.core.binlog_changes import ChangeReader, RowChange, TableColumns, UnknownColumns
+from indexer.core.sources import binlog_file_number
+from indexer.core.streams import Deliveries, Delivery, Stream
+from indexer.core.versions import pack
+from indexer.errors import BinlogPurged
+from indexer.outages import Outage
+from indexer.settings import MySQLSettings, TableConfig
+from indexer.source.binlog.replication import BinlogStream, Server
+from indexer.source.mysql import retry as mysql_retry
+from indexer.source.mysql import schema
+
+log = logging.getLogger(__name__)
+
+# A table's binlog stream: its cursors and epochs kept apart from its Kafka partitions'.
+BINLOG_PART = -1
+# The resume point is saved at most this often: a crash re-reads at most that much more.
+SAVE_EVERY_S = 1.0
+# A second failure in a row waits this long before the next try, then twice as long, ...
+FIRST_RETRY_S = 0.2
+# Events taken from the stream per fetch, at most (each turns into 0..n changes).
+FETCH_EVENTS = 2000
+# Replica ids derived from source.name fall in [base, base + span): apart from the small ids
+# servers are usually given.
+_REPLICA_ID_BASE, _REPLICA_ID_SPAN = 1 << 30, 1 << 30
+
+Resume = tuple[str, int]
+SavePosition = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def replica_id(name: str, configured: int) -> int:
+    """The server id the binlog is read as: configured, or one derived from the deployment's
+    name (one id per deployment: a server drops a replica's older connection of the same id)."""
+    return configured or _REPLICA_ID_BASE + zlib.crc32(name.encode()) % _REPLICA_ID_SPAN
+
+
+class BinlogSource:
+    """Reads the binlog from ``start`` (a whole transaction's start) for the tables given by
+    stream name; reconnects from the resume point while MySQL is away."""
+
+    def __init__(self, settings: MySQLSettings, replica: int, tables: Mapping[str, TableConfig],
+                 start: Resume, save: SavePosition, outage: Outage,
+                 max_backoff_s: float) -> None:
+        self._settings = settings
+        self._replica = replica
+        self._streams = {t.name: Stream(name, BINLOG_PART) for name, t in tables.items()}
+        self._tables = {t.name: t for t in tables.values()}
+        self._columns: dict[str, TableColumns] = {}
+        self._save = save
+        self.outage = outage
+        self._max_backoff_s = max_backoff_s
+        self._start = start
+        self._stream: BinlogStream | None = None
+        self._reader: ChangeReader | None = None
+        self._server: Server | None = None
+        self._out: deque[tuple[int, Stream, Resume]] = deque()  # delivered, not committed
+        self._committed: dict[Stream, int] = {}
+        self._last = -1  # the last position delivered: a reconnect skips up to it
+        self._saved: Resume | None = None
+        self._saved_at = 0.0
+
+    @property
+    def server(self) -> Server | None:
+        return self._server
+
+    async def __aenter__(self) -> BinlogSource:
+        for name, table in self._tables.items():
+            self._columns[name] = await self._read_columns(table)
+        await self._open(self._start)
+        self._saved = self._start
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        try:
+            await self._save_resume(force=True)
+        finally:
+            if self._stream is not None:
+                await self._stream.close()
+
+    async def _read_columns(self, table: TableConfig) -> TableColumns:
+        layout = await asyncio.to_thread(schema.read_layout, self._settings, table.database,
+                                         table.table)
+        return TableColumns(frozenset(c.name for c in layout.columns),
+                            frozenset(c.name for c in layout.columns if c.data_type == "json"))
+
+    async def _open(self, start: Resume) -> None:
+        stream = BinlogStream(self._settings, self._replica, start)
+        await stream.__aenter__()
+        self._stream = stream
+        server = stream.server
+        assert server is not None
+        self._server = server
+        codecs = {i: ev.CHARSET_CODECS[name] for i, name in server.collations.items()
+                  if name in ev.CHARSET_CODECS}
+        self._reader = ChangeReader(self._columns.get, codecs, server.flavor, start[0],
+                                    start[1], server.checksummed)
+
+    # --- the source port -------------------------------------------------------------------
+
+    def assignment(self) -> set[Stream]:
+        return set(self._streams.values())
+
+    def lag(self, stream: Stream, next_position: int) -> int | None:
+        return None  # bytes of binlog behind are not changes: not known
+
+    async def fetch(self, max_items: int, timeout_ms: int) -> Deliveries:
+        found: dict[Stream, list[Delivery]] = {}
+        events = await self._events(min(max_items, FETCH_EVENTS), timeout_ms / 1000)
+        reader = self._reader
+        assert reader is not None
+        for event in events:
+            while True:
+                try:
+                    changes = reader.feed(event)
+                    break
+                except UnknownColumns as unknown:  # added since: read the table again
+                    await self._learn(unknown)
+            for change in changes:
+                self._deliver(change, found)
+        return found
+
+    async def _learn(self, unknown: UnknownColumns) -> None:
+        table = self._tables[unknown.table]
+        columns = await self._read_columns(table)
+        if not unknown.names <= columns.names:  # dropped again since: read them as text
+            columns = TableColumns(columns.names | unknown.names, columns.json)
+        self._columns[unknown.table] = columns
+
+    def _deliver(self, change: RowChange, found: dict[Stream, list[Delivery]]) -> None:
+        p = change.position
+        position = pack(binlog_file_number(p.file), p.pos, p.row)
+        if position <= self._last:  # delivered before a reconnect
+            return
+        self._last = position
+        stream = self._streams[change.table]
+        self._out.append((position, stream, change.resume))
+        found.setdefault(stream, []).append(Delivery(
+            stream, position, None, None, _size(change), change=change.change,
+            layout=change.layout, error=change.error))
+
+    async def _events(self, max_events: int, timeout_s: float) -> list[bytes]:
+        """The next events; while MySQL is away, reconnects from where a restart would (at
+        once after a lost connection, then less and less often)."""
+        wait = 0.0
+        while True:
+            stream = self._stream
+            try:
+                if stream is None:
+                    await self._open(self._resume())
+                    continue
+                events = await stream.read(max_events, timeout_s)
+                self.outage.ok()
+                return events
+            except BinlogPurged:
+                raise
+            except Exception as exc:
+                if not mysql_retry.transient(exc):
+                    raise
+                self.outage.failed(exc)
+                if stream is not None:
+                    await stream.close()
+                self._stream = None
+                await asyncio.sleep(wait)
+                wait = min(self._max_backoff_s, max(FIRST_RETRY_S, wait * 2))
+
+    async def commit(self, positions: dict[Stream, int]) -> None:
+        self._committed.update(positions)
+        out, committed = self._out, self._committed
+        while out and out[0][0] < committed.get(out[0][1], -1):
+            out.popleft()
+        await self._save_resume()
+
+    def read_through(self) -> Resume:
+        """Every change before this point of the binlog is committed (written or
+        dead-lettered)."""
+        return self._resume()
+
+    def _resume(self) -> Resume:
+        """Where a restart reads from: the oldest outstanding change's transaction, else the
+        end of the last whole transaction read."""
+        if self._out:
+            return self._out[0][2]
+        reader = self._reader
+        found = reader.resume if reader is not None else None
+        return found or self._saved or self._start
+
+    async def _save_resume(self, *, force: bool = False) -> None:
+        resume = self._resume()
+        now = time.monotonic()
+        if resume == self._saved or (not force and now - self._saved_at < SAVE_EVERY_S):
+            return
+        server = self._server
+        await self._save({"file": resume[0], "pos": resume[1],
+                          "server_id": server.server_id if server else None,
+                          "saved_at": datetime.now(UTC).isoformat(timespec="seconds")})
+        self._saved, self._saved_at = resume, now
+
+
+def _size(row: RowChange) -> int:
+    """A change's weight in a batch's bytes: its images' values, roughly."""
+    change = row.change
+    if change is None:
+        return 64
+    return 64 + sum(len(v) if isinstance(v, str | bytes) else 8
+                    for image in (change.before, change.after) if image
+                    for v in image.values())

@@ -1,0 +1,270 @@
+"""`indexer run` on the binlog itself (``[source] kind = "binlog"``), on the real MariaDB: the
+first start loads every table and streams from before the load, every change kind arrives,
+a restart resumes from the saved position, a binlog without that position stops the start
+with one line, and the same workload through Debezium and Kafka gives the same documents
+and versions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from indexer.errors import BinlogPurged
+from indexer.search.client import SearchClient
+from indexer.search.dead_letters import DEAD_LETTER_INDEX
+from indexer.search.state import StateStore
+from indexer.settings import Config
+from tests.integration import conftest
+from tests.integration.conftest import (
+    COLUMNS,
+    count,
+    documents,
+    expected_rows,
+    insert_rows,
+    live_index,
+    mysql_connect,
+    raw_documents,
+    running,
+    sql,
+    unique,
+    wait_for_documents,
+    wait_for_topic,
+    wait_until,
+)
+
+
+def binlog_config(make_config: Callable[..., Config], table: conftest.TestTable, name: str,
+                  **sections: dict[str, Any]) -> Config:
+    return make_config(table.entry(), source={"kind": "binlog", "name": name},
+                       canary={"enabled": False}, **sections)
+
+
+async def test_first_start_loads_then_streams_every_change_kind(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 200)
+    config = binlog_config(make_config, table, unique("it-binlog"))
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        loaded = await live_index(es, table.alias)
+        insert_rows(db, table.name, 201, 260)
+        sql(db, f"UPDATE `{table.name}` SET name = 'renamed', qty = qty + 1 WHERE id <= 30")
+        sql(db, f"DELETE FROM `{table.name}` WHERE id BETWEEN 31 AND 40")
+        with db.cursor() as cur:  # one transaction of every kind, rows of one event each
+            cur.execute("BEGIN")
+            cur.execute(f"INSERT INTO `{table.name}` VALUES (1000, 'a', 1.5, 1), "
+                        "(1001, 'b', 2.5, 2)")
+            cur.execute(f"UPDATE `{table.name}` SET price = 9.99 WHERE id IN (1000, 200)")
+            cur.execute(f"DELETE FROM `{table.name}` WHERE id = 1001")
+            cur.execute("COMMIT")
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    # Stopped: the position was saved; changes made meanwhile arrive after a restart that
+    # does not load the table again.
+    saved = await StateStore(es).binlog_position(config.source.name)
+    assert saved is not None and saved["file"].startswith("mysql-bin.")
+    sql(db, f"UPDATE `{table.name}` SET qty = 77 WHERE id > 250")
+    sql(db, f"DELETE FROM `{table.name}` WHERE id = 2")
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        assert await live_index(es, table.alias) == loaded
+
+
+async def test_writes_during_the_first_load_are_neither_lost_nor_doubled(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 20_000)
+    stop = threading.Event()
+
+    def write() -> None:
+        conn = mysql_connect()
+        n = 0
+        while not stop.is_set():
+            n += 1
+            with conn.cursor() as cur:
+                cur.execute(f"UPDATE `{table.name}` SET qty = %s WHERE id = %s",
+                            (n, 1 + (n * 7919) % 20_000))
+                cur.execute(f"INSERT INTO `{table.name}` VALUES (%s, 'new', 1, 1)",
+                            (100_000 + n,))
+                if n % 3 == 0:
+                    cur.execute(f"DELETE FROM `{table.name}` WHERE id = %s", (n * 13 % 20_000,))
+        conn.close()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        async with running(binlog_config(make_config, table, unique("it-binlog"))):
+            await asyncio.sleep(2)
+            stop.set()
+            await asyncio.to_thread(writer.join)
+            await wait_for_documents(es, table.alias, expected_rows(db, table.name), 120)
+    finally:
+        stop.set()
+        writer.join()
+
+
+async def test_a_position_the_binlog_no_longer_has_stops_the_start_with_one_line(
+        es: SearchClient, make_table: Any, make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    config = binlog_config(make_config, table, unique("it-binlog"))
+    await StateStore(es).save_binlog_position(config.source.name,
+                                              {"file": "mysql-bin.000000", "pos": 4})
+    with pytest.raises(BinlogPurged) as stopped:
+        async with running(config):
+            pass
+    message = str(stopped.value)
+    assert "mysql-bin.000000:4" in message and "indexer reindex" in message
+    assert "\n" not in message
+
+
+async def test_a_column_added_while_streaming_is_mapped_and_indexed(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 10)
+    async with running(binlog_config(make_config, table, unique("it-binlog"))):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        sql(db, f"ALTER TABLE `{table.name}` ADD COLUMN note JSON")
+        sql(db, f"UPDATE `{table.name}` SET note = '{{\"k\": [1, 2]}}' WHERE id = 3")
+
+        async def noted() -> bool:
+            found = await raw_documents(es, table.alias)
+            return found.get("3", {}).get("note") == {"k": [1, 2]}
+
+        await wait_until(noted, 60, "the new column's value, as JSON")
+
+
+async def test_one_workload_through_both_sources_gives_the_same_documents_and_versions(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    other_alias = unique("viabinlog").replace("_", "-")
+    binlog = make_config({**table.entry(), "alias": other_alias},
+                         source={"kind": "binlog", "name": unique("it-binlog")},
+                         canary={"enabled": False})
+    kafka = make_config(table.entry(), canary={"enabled": False})
+    try:
+        async with running(binlog):  # an empty table: every document comes from the stream
+            sql(db, f"INSERT INTO `{table.name}` VALUES (0, 'first', 0, 0)")
+            await wait_for_topic(table.topic)
+            async with running(kafka):
+                insert_rows(db, table.name, 1, 300, chunk=50)
+                sql(db, f"UPDATE `{table.name}` SET price = price * 2 WHERE id % 3 = 0")
+                sql(db, f"DELETE FROM `{table.name}` WHERE id % 10 = 1")
+                sql(db, f"UPDATE `{table.name}` SET name = NULL WHERE id % 10 = 2")
+                expected = expected_rows(db, table.name)
+                await wait_for_documents(es, table.alias, expected)
+                await wait_for_documents(es, other_alias, expected)
+        via_kafka = await raw_documents(es, table.alias)
+        via_binlog = await raw_documents(es, other_alias)
+        assert via_binlog == via_kafka  # sources, versions and deletes' tombstones alike
+    finally:
+        await es.delete_matching(f"{other_alias}-v*")
+
+
+async def test_kill_9_mid_stream_then_restart_loses_nothing(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, spawn: Any,
+        tmp_path: Path) -> None:
+    table = make_table(COLUMNS)
+    config_file = tmp_path / "indexer.toml"
+    config = make_config(table.entry(), file=config_file,
+                         source={"kind": "binlog", "name": unique("it-binlog")},
+                         canary={"enabled": False}, batch={"max_events": 250, "in_flight": 2})
+    first = spawn(config_file)
+    await wait_until(lambda: _has_position(es, config), 60, "the first start's load")
+    insert_rows(db, table.name, 1, 30_000, chunk=100)
+    sql(db, f"DELETE FROM `{table.name}` WHERE id % 10 = 0")
+    await wait_until(lambda: _at_least(es, table.alias, 2000), 60, "a first part")
+    first.proc.send_signal(signal.SIGKILL)
+    assert first.proc.wait(10) == -signal.SIGKILL
+    assert await count(es, table.alias) < 27_000, "killed too late to be mid-stream"
+    second = spawn(config_file)
+    await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
+    assert second.proc.poll() is None, second.tail()
+
+
+async def test_a_lost_connection_and_a_new_binlog_file_under_writes_lose_nothing(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    killed = 0
+    async with running(binlog_config(make_config, table, unique("it-binlog"))):
+        for round_ in range(3):
+            insert_rows(db, table.name, 1 + round_ * 1000, 1000 + round_ * 1000, chunk=50)
+            sql(db, f"UPDATE `{table.name}` SET qty = qty + 1 WHERE id % 7 = {round_}")
+            await wait_until(lambda: _reading(db), 30, "the daemon reading the binlog")
+            sql(db, f"KILL {await _dump_thread(db)}")
+            killed += 1
+            sql(db, "FLUSH BINARY LOGS")
+            sql(db, f"DELETE FROM `{table.name}` WHERE id % 11 = {round_}")
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
+    assert killed >= 3
+
+
+async def _dump_thread(db: Any) -> int:
+    """The daemon's binlog dump thread on the server (Debezium reads as another user)."""
+    found = sql(db, "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = "
+                    "'Binlog Dump' AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
+    return int(found[0][0]) if found else 0
+
+
+async def _reading(db: Any) -> bool:
+    return await _dump_thread(db) > 0
+
+
+async def _has_position(es: SearchClient, config: Config) -> bool:
+    try:
+        return await StateStore(es).binlog_position(config.source.name) is not None
+    except Exception:
+        return False
+
+
+async def _at_least(es: SearchClient, alias: str, n: int) -> bool:
+    try:
+        return await count(es, alias) >= n
+    except Exception:
+        return False
+
+
+async def test_what_cannot_be_written_is_dead_lettered_in_the_search_server(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    strict = {"mappings": {"dynamic": "strict", "properties": {
+        "id": {"type": "long"}, "name": {"type": "keyword"}, "price": {"type": "double"},
+        "qty": {"type": "integer"}}}}
+    table = make_table(COLUMNS, strict)
+    name = unique("it-binlog")
+    config = make_config(table.entry(new_columns="keep"),
+                         source={"kind": "binlog", "name": name}, canary={"enabled": False})
+    async with running(config):
+        sql(db, f"INSERT INTO `{table.name}` VALUES (1, 'a', 1, 1)")
+        # A column the strict mapping does not know: Elasticsearch refuses the document.
+        sql(db, f"ALTER TABLE `{table.name}` ADD COLUMN colour VARCHAR(10) NULL")
+        sql(db, f"INSERT INTO `{table.name}` VALUES (2, 'b', 2, 2, 'red')")
+        sql(db, f"TRUNCATE TABLE `{table.name}`")
+        sql(db, f"INSERT INTO `{table.name}` VALUES (3, 'c', 3, 3, NULL)")  # refused too
+
+        async def letters() -> list[dict[str, Any]]:
+            with contextlib.suppress(Exception):
+                await es.refresh(DEAD_LETTER_INDEX)
+                found = await es.search(DEAD_LETTER_INDEX, {
+                    "size": 10, "query": {"term": {"source": name}}, "sort": ["position"]})
+                return [hit["_source"] for hit in found["hits"]["hits"]]
+            return []
+
+        await wait_until(lambda: _count_is(letters, 3), 60, "three dead letters")
+        refused, truncated, also_refused = await letters()
+        assert refused["kind"] == also_refused["kind"] == "mapping-conflict"
+        assert "strict_dynamic_mapping_exception" in refused["reason"]
+        assert refused["change"]["after"] == {"id": 2, "name": "b", "price": "2.00", "qty": 2,
+                                              "colour": "red"}
+        assert refused["binlog"]["file"].startswith("mysql-bin.")
+        assert truncated["kind"] == "unsupported-op" and "indexer reindex" in truncated["reason"]
+        assert also_refused["change"]["key"] == {"id": 3}
+        assert sorted(await documents(es, table.alias)) == ["1"]
+
+
+async def _count_is(letters: Callable[[], Any], n: int) -> bool:
+    return len(await letters()) == n
