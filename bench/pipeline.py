@@ -16,6 +16,13 @@ A variant is ``label[:setting=value,...]``: ``indexer.<section>.<key>=v`` is pas
 daemon as ``INDEXER_<SECTION>__<KEY>``; ``connector.<key>=v`` is set in the running connector's
 configuration for that variant's bursts (``connector.producer.override.linger.ms=50``), and the
 original is put back at the end. The variants take turns, ``--rounds`` times.
+
+``indexer.source.kind=binlog`` runs the daemon on the binlog itself: Debezium's connector is
+paused for its bursts (Kafka and Connect idle, their CPU still counted), and "in Kafka" is not
+timed. Its first start loads the table; later rounds resume from its saved position.
+
+    .venv/bin/python -m bench.pipeline --rows 100000 --rounds 2 --variant debezium \
+        --variant direct:indexer.source.kind=binlog
 """
 
 from __future__ import annotations
@@ -52,7 +59,9 @@ from bench.common import (
     unique,
 )
 from bench.daemon import committed, write_config
+from indexer.core.sources import binlog_order
 from indexer.search.client import SearchClient
+from indexer.search.state import StateStore
 
 CONNECT = "http://127.0.0.1:8083"
 CONNECTOR = "indexer-mariadb"
@@ -69,6 +78,10 @@ class Variant:
     env: dict[str, str] = field(default_factory=dict)
     connector: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def binlog(self) -> bool:
+        return self.env.get("INDEXER_SOURCE__KIND") == "binlog"
+
     @classmethod
     def parse(cls, text: str) -> Variant:
         label, _, settings = text.partition(":")
@@ -84,6 +97,8 @@ class Variant:
             else:
                 raise SystemExit(f"--variant {text}: expected indexer.<section>.<key>=v or "
                                  f"connector.<key>=v, got {setting!r}")
+        if variant.binlog:
+            variant.env.setdefault("INDEXER_SOURCE__NAME", unique(f"bench-{label}"))
         return variant
 
 
@@ -98,8 +113,9 @@ class Burst:
 
     def line(self) -> str:
         cpu = ", ".join(f"{name} {us:.0f}" for name, us in self.cpu_us.items())
-        return (f"{self.variant:18} in Kafka {self.kafka_s:5.1f} s "
-                f"({self.rows / self.kafka_s:6,.0f} rows/s) | searchable {self.search_s:5.1f} s "
+        kafka = (f"in Kafka {self.kafka_s:5.1f} s ({self.rows / self.kafka_s:6,.0f} rows/s)"
+                 if self.kafka_s else f"{'(no Kafka)':33}")
+        return (f"{self.variant:18} {kafka} | searchable {self.search_s:5.1f} s "
                 f"({self.rows / self.search_s:6,.0f} rows/s) | µs CPU per row: {cpu} | "
                 f"{self.rows / max(self.bulks, 1):,.0f} docs per bulk")
 
@@ -124,6 +140,19 @@ async def configure_connector(config: dict[str, Any]) -> None:
             return
         await asyncio.sleep(0.5)
     raise RuntimeError(f"connector {CONNECTOR} did not run again: {status}")
+
+
+async def pause_connector(pause: bool) -> None:
+    """Pauses (or resumes) the connector's task and waits until it has."""
+    rest("PUT", f"/connectors/{CONNECTOR}/{'pause' if pause else 'resume'}")
+    wanted = "PAUSED" if pause else "RUNNING"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = rest("GET", f"/connectors/{CONNECTOR}/status")
+        if [t["state"] for t in status["tasks"]] == [wanted]:
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"connector {CONNECTOR} is not {wanted}: {status}")
 
 
 def load_table(table: str, rows: int) -> None:
@@ -188,6 +217,25 @@ async def daemon(config: Path, env: dict[str, str]) -> AsyncIterator[int]:
             await drain
 
 
+async def wait_binlog_caught_up(es: SearchClient, name: str) -> None:
+    """Until the binlog source's saved position is the binlog's end (nothing else writes)."""
+    db = mysql()
+    try:
+        with db.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+    finally:
+        db.close()
+    end = binlog_order((str(file), int(pos)))
+    deadline = time.monotonic() + CATCH_UP_S
+    while time.monotonic() < deadline:
+        saved = await StateStore(es).binlog_position(name)
+        if saved and binlog_order((saved["file"], saved["pos"])) >= end:
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"the binlog source {name} did not catch up in {CATCH_UP_S} s")
+
+
 async def wait_caught_up(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str,
                          topic: str) -> None:
     deadline = time.monotonic() + CATCH_UP_S
@@ -212,7 +260,9 @@ async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
     kafka_s = search_s = 0.0
     while not search_s:
         await asyncio.sleep(POLL_S)
-        if not kafka_s and await topic_end(admin, consumer, topic) >= end_before + rows:
+        if variant.binlog:  # Debezium is paused: nothing reaches Kafka
+            kafka_s = -1.0
+        elif not kafka_s and await topic_end(admin, consumer, topic) >= end_before + rows:
             kafka_s = time.perf_counter() - started
         if kafka_s:
             found = await es.count(alias, {"term": {"qty": value}})
@@ -222,7 +272,7 @@ async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
             raise RuntimeError("the burst did not become searchable in time")
     await writer
     cpu = {s: server_cpu(s) for s in SERVERS} | {"indexer": cpu_seconds(pid)}
-    return Burst(variant.label, rows, kafka_s, search_s,
+    return Burst(variant.label, rows, max(kafka_s, 0.0), search_s,
                  {name: (cpu[name] - cpu_before[name]) / rows * 1e6 for name in cpu},
                  bulks_sent() - bulks_before)
 
@@ -257,12 +307,20 @@ async def main() -> None:
                         if variant.connector != current:
                             await configure_connector({**original, **variant.connector})
                             current = variant.connector
+                        if variant.binlog:
+                            await pause_connector(True)
                         async with daemon(config, variant.env) as pid:
-                            await wait_caught_up(admin, consumer, group, topic)
+                            if variant.binlog:
+                                await wait_binlog_caught_up(
+                                    es, variant.env["INDEXER_SOURCE__NAME"])
+                            else:
+                                await wait_caught_up(admin, consumer, group, topic)
                             value += 1
                             burst = await measure_burst(es, admin, consumer, variant, table, topic,
                                                         alias, args.rows, args.transactions,
                                                         value, pid)
+                        if variant.binlog:
+                            await pause_connector(False)
                         print(burst.line(), flush=True)
                         bursts.append(burst)
                 await es.delete_matching(f"{alias}-v*")
@@ -283,9 +341,9 @@ async def main() -> None:
         indexer = statistics.median(b.cpu_us["indexer"] for b in mine)
         search = statistics.median(b.search_s for b in mine)
         first = first or (cpu, indexer, search)
-        print(f"  {variant.label:18} searchable after {search:5.1f} s, all processes "
-              f"{cpu:4.0f} µs CPU per row ({cpu / first[0]:.2f}), indexer {indexer:3.0f} µs "
-              f"({indexer / first[1]:.2f})")
+        print(f"  {variant.label:18} searchable after {search:5.1f} s ({first[2] / search:.2f}x "
+              f"the rows/s), all processes {cpu:4.0f} µs CPU per row ({cpu / first[0]:.2f}), "
+              f"indexer {indexer:3.0f} µs ({indexer / first[1]:.2f})")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ from types import ModuleType
 HOT_PATH = ("indexer.core.values", "indexer.core.checksums", "indexer.core.events",
             "indexer.core.documents", "indexer.core.versions", "indexer.core.sources",
             "indexer.core.bulk", "indexer.core.trees", "indexer.run.follower",
-            "indexer.run.daemon", "indexer.search.sink", "indexer.core.writes")
+            "indexer.run.daemon", "indexer.search.sink", "indexer.core.writes",
+            "indexer.core.binlog_events", "indexer.core.binlog_rows",
+            "indexer.core.binlog_changes", "indexer.core.mysql_json", "indexer.core.streams")
 # The native per-batch path (native/), built by setup.py when cargo is there.
 NATIVE_MODULE = "indexer._native"
 

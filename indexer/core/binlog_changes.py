@@ -73,6 +73,9 @@ class RowChange:
     resume: tuple[str, int]  # (file, position) a restart reads from to see this change again
     change: Change | None
     error: tuple[str, str] | None = None  # (kind, reason), as a DecodeError's
+    # 1: the insert half of an update that changed the primary key (Debezium sends it as a
+    # delete of the old key and an insert of the new one, both at the row's position).
+    half: int = 0
 
 
 @dataclass
@@ -261,9 +264,17 @@ class ChangeReader:
             image = after if after is not None else before
             assert image is not None
             position = self._position(head, row)
-            change = Change(op, {name: image[name] for name in key_names}, before, after,
-                            position)
-            changes.append(RowChange(table.name, position, layout, resume, change))
+            key = {name: image[name] for name in key_names}
+            if before is not None and after is not None and any(
+                    before[name] != key[name] for name in key_names):
+                old = {name: before[name] for name in key_names}
+                changes.append(RowChange(table.name, position, layout, resume,
+                                         Change("d", old, before, None, position)))
+                changes.append(RowChange(table.name, position, layout, resume,
+                                         Change("c", key, None, after, position), half=1))
+                continue
+            changes.append(RowChange(table.name, position, layout, resume,
+                                     Change(op, key, before, after, position)))
         return changes
 
 

@@ -70,6 +70,7 @@ class Sighting:
     # nothing is concluded from it.
     kafka_read: bool = True
     index_read: bool = True
+    direct: bool = False  # the binlog source: no Kafka between MySQL and the index
 
     def as_json(self, now_ms: int) -> dict[str, Any]:
         def beat(b: Beat | None) -> dict[str, Any] | None:
@@ -102,6 +103,12 @@ def problems(settings: CanarySettings, table: TableConfig, group: str, seen: Sig
 
     not_indexed = waiting_s(seen.indexed)
     if seen.index_read and not_indexed <= bound:
+        return found
+    if seen.direct:
+        if seen.index_read:
+            found.append(f"{where}: a beat written {not_indexed:,.0f} s ago is not indexed "
+                         "yet: `indexer run` is not reading the binlog, or is behind (`indexer "
+                         "check` says how far; its log says why)")
         return found
     if not seen.kafka_read:
         if seen.index_read:

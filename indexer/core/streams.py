@@ -4,15 +4,17 @@ the run wing's ports speak (:mod:`indexer.run.ports`) and adapters make."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from indexer.core.events import Change, Layout
 
 
-@dataclass(frozen=True, slots=True)
-class Stream:
-    """One ordered sequence of a source's changes: its name (the table's topic) and part."""
+class Stream(NamedTuple):
+    """One ordered sequence of a source's changes: its name (the table's topic) and part.
+    A tuple: the loop looks streams up in dicts several times per change, and a tuple's hash
+    is C's where a frozen dataclass's is a Python function."""
 
     name: str
     part: int = 0
@@ -48,3 +50,34 @@ class Delivery:
 Deliveries = Mapping[Stream, list[Delivery]]
 # Called with the streams a rebalance takes from this process, before it completes.
 RevokeHook = Callable[[set[Stream]], Awaitable[None]]
+
+
+class Record(Protocol):
+    """A Kafka record as the consumer hands it over (aiokafka's ConsumerRecord)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def serialized_key_size(self) -> int: ...
+    @property
+    def serialized_value_size(self) -> int: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+
+def deliveries_of(stream: Stream, records: Iterable[Record],
+                  replayed: Callable[[Sequence[tuple[str, bytes]]], tuple[str, int] | None],
+                  ) -> list[Delivery]:
+    """One partition's fetched records as deliveries (compiled: this runs once per record;
+    ``replayed`` reads a replayed dead letter's origin from its headers)."""
+    found = []
+    for record in records:
+        headers = record.headers
+        found.append(Delivery(stream, record.offset, record.key, record.value,
+                              record.serialized_key_size + record.serialized_value_size,
+                              replayed(headers) if headers else None, headers))
+    return found

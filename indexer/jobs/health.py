@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from indexer.core import canary, trees
@@ -25,6 +26,7 @@ from indexer.search.client import SearchClient, SearchError, TransportError, quo
 from indexer.search.state import StateStore
 from indexer.security import redact_url
 from indexer.settings import Config, TableConfig
+from indexer.source.binlog.replication import binlog_files, bytes_behind
 from indexer.source.canary_table import read_beat
 from indexer.source.kafka.clients import FAILURES as kafka_failures
 from indexer.source.kafka.clients import TOPIC_HINT, missing_topics, probe
@@ -38,6 +40,9 @@ HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's heartbeat.topics.prefix 
 # Records read back from the canary topic's end for the group's newest beat: other groups'
 # beats share the topic, one every few seconds each.
 CANARY_SCAN = 500
+# The binlog source saves its position every second while it moves: still this long, with
+# the binlog ahead of it, it is stalled.
+STALLED_S = 60.0
 
 # A table's layout cannot be read: MySQL away or refusing, or the table is not there.
 _UNREADABLE: tuple[type[Exception], ...] = (LookupError, *mysql_retry.FAILURES)
@@ -70,10 +75,15 @@ async def check_health(config: Config) -> list[str]:
                             f"{table.table}`")
                 problems += record_problems(table, await store.verification(table.alias),
                                             config.verify)
+            if config.source.kind == "binlog":
+                problems += await binlog_problems(config, store)
     except SearchUnavailable as exc:
         problems.append(str(exc))
     except (SearchError, TransportError) as exc:
         problems.append(f"search server: {exc}")
+    if config.source.kind == "binlog":
+        return (problems + await missing_tables(config)
+                + (await canary_report(config))[1])
     try:
         await probe(config.kafka)
     except KafkaUnavailable as exc:
@@ -90,6 +100,32 @@ async def check_health(config: Config) -> list[str]:
         problems.append(f"kafka: {type(exc).__name__}: {exc}")
     return (problems + await missing_tables(config) + await connect_problems(config)
             + await stall_problems(config) + (await canary_report(config))[1])
+
+
+async def binlog_problems(config: Config, store: StateStore) -> list[str]:
+    """The binlog source: a position the binlog no longer has, or one that stopped moving
+    while the binlog grows."""
+    where = f"binlog source {config.source.name}"
+    saved = await store.binlog_position(config.source.name)
+    if saved is None:
+        return [f"{where}: no saved position: `indexer run` has not finished its first start "
+                "(it loads every table, then reads the binlog)"]
+    try:
+        files = await asyncio.to_thread(binlog_files, config.mysql)
+    except mysql_retry.FAILURES as exc:
+        return [f"{where}: cannot list MySQL's binlog files ({exc})"]
+    file, pos = str(saved["file"]), int(saved["pos"])
+    behind = bytes_behind(files, file, pos)
+    if behind is None:
+        return [f"{where}: the binlog no longer has its position {file}:{pos} (purged): "
+                "`indexer run` cannot resume; run `indexer reindex` for every table"]
+    saved_at = datetime.fromisoformat(str(saved.get("saved_at", "1970-01-01T00:00:00+00:00")))
+    still_s = (datetime.now(UTC) - saved_at).total_seconds()
+    if behind and still_s > STALLED_S:
+        return [f"{where}: its position ({file}:{pos}) has not moved for {still_s:,.0f} s while "
+                f"the binlog is {behind:,} bytes ahead: is `indexer run` running? (its log "
+                "says why not)"]
+    return []
 
 
 async def missing_tables(config: Config) -> list[str]:
@@ -158,7 +194,7 @@ async def canary_report(config: Config) -> tuple[dict[str, Any] | None, list[str
     table = config.canary_table
     if table is None:
         return None, []
-    group = config.kafka.group_id
+    group = config.deployment
     now_ms = int(time.time() * 1000)
     try:
         written, primary = await asyncio.to_thread(read_beat, config.canary_mysql, table, group)
@@ -176,14 +212,16 @@ async def canary_report(config: Config) -> tuple[dict[str, Any] | None, list[str
     except (SearchUnavailable, SearchError, TransportError):
         index_read = False
     in_kafka, heartbeat, kafka_read = None, None, True
+    direct = config.source.kind == "binlog"
     try:
-        async with TopicReader(config.kafka) as reader:
-            in_kafka = await _newest_beat(reader, config, table)
-            heartbeat = await reader.newest(heartbeat_topic(config))
+        if not direct:
+            async with TopicReader(config.kafka) as reader:
+                in_kafka = await _newest_beat(reader, config, table)
+                heartbeat = await reader.newest(heartbeat_topic(config))
     except kafka_failures:
         kafka_read = False
     seen = Sighting(written, in_kafka, indexed, age_s(heartbeat) if heartbeat else None,
-                    kafka_read, index_read)
+                    kafka_read, index_read, direct)
     hint = ""
     if config.connect.url:
         hint = (f" (curl -X POST '{redact_url(config.connect.url).rstrip('/')}/connectors/"

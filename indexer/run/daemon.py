@@ -117,10 +117,14 @@ class Daemon:
         self._saving: asyncio.Task[None] | None = None
         self._committing: asyncio.Task[None] | None = None
         self.started = asyncio.Event()
+        self._starting: asyncio.Task[None] | None = None  # run(), until it has started
 
     def stop(self) -> None:
-        """Asks the loop to finish: in-flight batches get ``shutdown_grace_s`` to complete."""
+        """Asks the loop to finish: in-flight batches get ``shutdown_grace_s`` to complete.
+        Before it runs (standing by for the binlog, a first load), the start is abandoned."""
         self._stopping.set()
+        if not self.started.is_set() and self._starting is not None:
+            self._starting.cancel()
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -128,6 +132,15 @@ class Daemon:
             loop.add_signal_handler(sig, self.stop)
 
     async def run(self) -> None:
+        self._starting = asyncio.current_task()
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            if self.started.is_set() or not self._stopping.is_set():
+                raise
+            log.info("indexer stopped before it started")
+
+    async def _run(self) -> None:
         cfg = self.config
         async with self._open_parts(cfg, self.metrics, self._tables, self._on_revoked) as parts:
             self._parts = parts

@@ -30,6 +30,7 @@ from indexer.search.dead_letters import SearchDeadLetters
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
 from indexer.settings import Config
+from indexer.source.binlog.lock import ReaderLock
 from indexer.source.binlog.replication import binlog_end_of
 from indexer.source.binlog.source import BinlogSource, replica_id
 from indexer.source.canary_table import CanaryWriter, writer_name
@@ -66,18 +67,22 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
             indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
             for table_config in indexed:  # another table's index refuses the start, untouched
                 await claim(cfg, sink.client, table_config)
-            start = await binlog_start(cfg, state) if cfg.source.kind == "binlog" else None
+            start = lock = None
+            if cfg.source.kind == "binlog":  # one reader per deployment; others stand by
+                lock = await stack.enter_async_context(
+                    ReaderLock(cfg.mysql, cfg.source.name, outages.mysql))
+                start = await binlog_start(cfg, state)
             for table_config in indexed:  # tables read only for others' documents: no index
                 await ensure_table_index(sink.client, cfg, table_config)
             if rebuilds is not None:
                 await rebuilds.ensure_meta()
             read_through = None
-            if start is not None:
+            if lock is not None and start is not None:
                 binlog = await stack.enter_async_context(BinlogSource(
                     cfg.mysql, replica_id(cfg.source.name, cfg.source.replica_id),
                     {name: t.config for name, t in tables.items()}, start,
                     lambda record: state.save_binlog_position(cfg.source.name, record),
-                    outages.mysql, cfg.batch.max_backoff_s))
+                    outages.mysql, cfg.batch.max_backoff_s, lock.check))
                 source: Source = binlog
                 read_through = binlog.read_through
                 dead_letters: DeadLetters = SearchDeadLetters(sink.client, cfg.source.name,

@@ -156,6 +156,17 @@ class SearchClient:
     async def create_index(self, index: str, body: Mapping[str, Any]) -> None:
         await self.request("PUT", f"/{quote(index)}", body)
 
+    async def own_index(self, index: str, mappings: Mapping[str, Any]) -> None:
+        """Creates one of indexer's own indices (state, dead letters) unless it exists: one
+        shard, a replica wherever there is a second node."""
+        try:
+            await self.create_index(index, {
+                "settings": {"index": {"number_of_shards": 1, "auto_expand_replicas": "0-1"}},
+                "mappings": mappings})
+        except SearchError as exc:
+            if exc.kind != "resource_already_exists_exception":
+                raise
+
     async def index_exists(self, name: str) -> bool:
         """Whether an index (or an alias) of this name exists."""
         return bool(await self.indices(name))

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from indexer.core.streams import Delivery
-from indexer.search.client import SearchClient, SearchError, quote
+from indexer.search.client import SearchClient, quote
 from indexer.search.retry import retrying
 
 DEAD_LETTER_INDEX = "indexer-dead-letters"
@@ -66,15 +66,8 @@ class SearchDeadLetters:
         if self._ready:
             return
         # The change is kept, not searched: its fields would map as whatever came first.
-        try:
-            await self._client.request("PUT", f"/{DEAD_LETTER_INDEX}", {
-                "settings": {"index": {"number_of_shards": 1, "auto_expand_replicas": "0-1"}},
-                "mappings": {"dynamic": False, "properties": {
-                    "source": {"type": "keyword"}, "stream": {"type": "keyword"},
-                    "kind": {"type": "keyword"}, "failed_at": {"type": "date"},
-                    "position": {"type": "long"},
-                    "change": {"type": "object", "enabled": False}}}})
-        except SearchError as exc:
-            if exc.kind != "resource_already_exists_exception":
-                raise
+        await self._client.own_index(DEAD_LETTER_INDEX, {"dynamic": False, "properties": {
+            "source": {"type": "keyword"}, "stream": {"type": "keyword"},
+            "kind": {"type": "keyword"}, "failed_at": {"type": "date"},
+            "position": {"type": "long"}, "change": {"type": "object", "enabled": False}}})
         self._ready = True

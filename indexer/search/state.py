@@ -118,11 +118,5 @@ class StateStore:
         if self._index_ready:
             return
         # Stored, not searched: no field mappings, whatever partitions and cursors it holds.
-        try:
-            await self._client.request("PUT", f"/{STATE_INDEX}", {
-                "settings": {"index": {"number_of_shards": 1, "auto_expand_replicas": "0-1"}},
-                "mappings": {"dynamic": False}})
-        except SearchError as exc:
-            if exc.kind != "resource_already_exists_exception":
-                raise
+        await self._client.own_index(STATE_INDEX, {"dynamic": False})
         self._index_ready = True

@@ -334,6 +334,14 @@ async def count(es: SearchClient, alias: str) -> int:
     return await es.count(alias)
 
 
+async def at_least(es: SearchClient, alias: str, n: int) -> bool:
+    """Whether the alias holds n documents yet (False while it cannot be read)."""
+    try:
+        return await count(es, alias) >= n
+    except Exception:
+        return False
+
+
 async def live_index(es: SearchClient, alias: str) -> str:
     (index,) = await es.aliases([alias])
     return index

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from indexer.errors import BinlogPurged
+from indexer.jobs.health import check_health
 from indexer.search.client import SearchClient
 from indexer.search.dead_letters import DEAD_LETTER_INDEX
 from indexer.search.state import StateStore
@@ -24,6 +25,7 @@ from indexer.settings import Config
 from tests.integration import conftest
 from tests.integration.conftest import (
     COLUMNS,
+    at_least,
     count,
     documents,
     expected_rows,
@@ -63,6 +65,7 @@ async def test_first_start_loads_then_streams_every_change_kind(
                         "(1001, 'b', 2.5, 2)")
             cur.execute(f"UPDATE `{table.name}` SET price = 9.99 WHERE id IN (1000, 200)")
             cur.execute(f"DELETE FROM `{table.name}` WHERE id = 1001")
+            cur.execute(f"UPDATE `{table.name}` SET id = 2000 WHERE id = 1000")  # a new key
             cur.execute("COMMIT")
         await wait_for_documents(es, table.alias, expected_rows(db, table.name))
     # Stopped: the position was saved; changes made meanwhile arrive after a restart that
@@ -74,6 +77,7 @@ async def test_first_start_loads_then_streams_every_change_kind(
     async with running(config):
         await wait_for_documents(es, table.alias, expected_rows(db, table.name))
         assert await live_index(es, table.alias) == loaded
+    assert await check_health(config) == []
 
 
 async def test_writes_during_the_first_load_are_neither_lost_nor_doubled(
@@ -121,6 +125,8 @@ async def test_a_position_the_binlog_no_longer_has_stops_the_start_with_one_line
     message = str(stopped.value)
     assert "mysql-bin.000000:4" in message and "indexer reindex" in message
     assert "\n" not in message
+    problems = await check_health(config)
+    assert any("no longer has its position mysql-bin.000000:4" in p for p in problems)
 
 
 async def test_a_column_added_while_streaming_is_mapped_and_indexed(
@@ -156,6 +162,8 @@ async def test_one_workload_through_both_sources_gives_the_same_documents_and_ve
                 sql(db, f"UPDATE `{table.name}` SET price = price * 2 WHERE id % 3 = 0")
                 sql(db, f"DELETE FROM `{table.name}` WHERE id % 10 = 1")
                 sql(db, f"UPDATE `{table.name}` SET name = NULL WHERE id % 10 = 2")
+                # a new primary key: Debezium sends a delete and an insert
+                sql(db, f"UPDATE `{table.name}` SET id = id + 10000 WHERE id % 10 = 3")
                 expected = expected_rows(db, table.name)
                 await wait_for_documents(es, table.alias, expected)
                 await wait_for_documents(es, other_alias, expected)
@@ -178,7 +186,7 @@ async def test_kill_9_mid_stream_then_restart_loses_nothing(
     await wait_until(lambda: _has_position(es, config), 60, "the first start's load")
     insert_rows(db, table.name, 1, 30_000, chunk=100)
     sql(db, f"DELETE FROM `{table.name}` WHERE id % 10 = 0")
-    await wait_until(lambda: _at_least(es, table.alias, 2000), 60, "a first part")
+    await wait_until(lambda: at_least(es, table.alias, 2000), 60, "a first part")
     first.proc.send_signal(signal.SIGKILL)
     assert first.proc.wait(10) == -signal.SIGKILL
     assert await count(es, table.alias) < 27_000, "killed too late to be mid-stream"
@@ -206,9 +214,8 @@ async def test_a_lost_connection_and_a_new_binlog_file_under_writes_lose_nothing
 
 async def _dump_thread(db: Any) -> int:
     """The daemon's binlog dump thread on the server (Debezium reads as another user)."""
-    found = sql(db, "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = "
-                    "'Binlog Dump' AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
-    return int(found[0][0]) if found else 0
+    found = await _dump_threads(db)
+    return found[0] if found else 0
 
 
 async def _reading(db: Any) -> bool:
@@ -221,12 +228,6 @@ async def _has_position(es: SearchClient, config: Config) -> bool:
     except Exception:
         return False
 
-
-async def _at_least(es: SearchClient, alias: str, n: int) -> bool:
-    try:
-        return await count(es, alias) >= n
-    except Exception:
-        return False
 
 
 async def test_what_cannot_be_written_is_dead_lettered_in_the_search_server(
@@ -268,3 +269,45 @@ async def test_what_cannot_be_written_is_dead_lettered_in_the_search_server(
 
 async def _count_is(letters: Callable[[], Any], n: int) -> bool:
     return len(await letters()) == n
+
+
+async def test_a_second_daemon_stands_by_and_takes_over_after_kill_9(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, spawn: Any,
+        tmp_path: Path) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 100)
+    config_file = tmp_path / "indexer.toml"
+    make_config(table.entry(), file=config_file,
+                source={"kind": "binlog", "name": unique("it-binlog")},
+                canary={"enabled": False})
+    reader = spawn(config_file)
+    await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    standby = spawn(config_file)
+    await wait_until(lambda: _logged(standby, "standing by"), 60, "the second daemon waiting")
+    insert_rows(db, table.name, 101, 200)
+    await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    assert len(await _dump_threads(db)) == 1
+    reader.proc.send_signal(signal.SIGKILL)
+    assert reader.proc.wait(10) == -signal.SIGKILL
+    killed_at = asyncio.get_running_loop().time()
+    insert_rows(db, table.name, 201, 300)
+    sql(db, f"DELETE FROM `{table.name}` WHERE id <= 50")
+    await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+    assert asyncio.get_running_loop().time() - killed_at < 30
+    assert await _logged(standby, "taking over") and len(await _dump_threads(db)) == 1
+    assert standby.proc.poll() is None, standby.tail()
+    # A standby stopped with SIGTERM exits at once, cleanly.
+    third = spawn(config_file)
+    await wait_until(lambda: _logged(third, "standing by"), 60, "a third daemon waiting")
+    third.proc.send_signal(signal.SIGTERM)
+    assert third.proc.wait(15) == 0, third.tail()
+
+
+async def _logged(daemon: Any, text: str) -> bool:
+    return text in daemon.log.read_text(errors="replace")
+
+
+async def _dump_threads(db: Any) -> list[int]:
+    return [int(r[0]) for r in sql(
+        db, "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = 'Binlog Dump' AND "
+            "USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")]

@@ -19,6 +19,7 @@ from tests.integration.conftest import (
     COLUMNS,
     REPO,
     all_events,
+    at_least,
     caught_up,
     committed_offsets,
     count,
@@ -54,7 +55,7 @@ async def test_kill_9_mid_batch_then_restart_loses_nothing(
     config = make_config(table.entry(), file=config_file,
                          batch={"max_events": 250, "in_flight": 2})
     first = spawn(config_file)
-    await wait_until(lambda: _at_least(es, table.alias, 2000), 60, "a first part")
+    await wait_until(lambda: at_least(es, table.alias, 2000), 60, "a first part")
     first.proc.send_signal(signal.SIGKILL)
     assert first.proc.wait(10) == -signal.SIGKILL
     indexed = await count(es, table.alias)
@@ -67,12 +68,6 @@ async def test_kill_9_mid_batch_then_restart_loses_nothing(
     assert indexed < 18000
 
 
-async def _at_least(es: SearchClient, alias: str, n: int) -> bool:
-    try:
-        return await count(es, alias) >= n
-    except Exception:
-        return False
-
 
 async def test_sigterm_finishes_the_batch_commits_and_exits_0(
         db: Any, es: SearchClient, make_table: Any, make_config: Any, spawn: Any,
@@ -83,7 +78,7 @@ async def test_sigterm_finishes_the_batch_commits_and_exits_0(
     config_file = tmp_path / "indexer.toml"
     config = make_config(table.entry(), file=config_file, batch={"max_events": 250})
     daemon = spawn(config_file)
-    await wait_until(lambda: _at_least(es, table.alias, 1000), 60, "a first part")
+    await wait_until(lambda: at_least(es, table.alias, 1000), 60, "a first part")
     started = time.monotonic()
     daemon.proc.send_signal(signal.SIGTERM)
     assert daemon.proc.wait(30) == 0, daemon.tail()
@@ -172,7 +167,7 @@ async def test_rebalances_between_two_daemons_lose_nothing(
     await produce(topic, [(r.key, r.value, hash(r.key) % 4) for r in events])
     config = make_config(table.entry(topic=topic), batch={"max_events": 100, "in_flight": 1})
     async with running(config):
-        await wait_until(lambda: _at_least(es, table.alias, 200), 60, "progress")
+        await wait_until(lambda: at_least(es, table.alias, 200), 60, "progress")
         async with running(config):  # joins the group: partitions move
             await asyncio.sleep(3)
         # the second daemon leaves: its partitions come back

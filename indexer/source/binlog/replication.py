@@ -119,6 +119,22 @@ def binlog_end(conn: pymysql.connections.Connection[Any]) -> tuple[str, int]:
     return str(row[0]), int(row[1])
 
 
+def binlog_files(settings: MySQLSettings) -> list[tuple[str, int]]:
+    """The server's binlog files and their sizes, oldest first (SHOW BINARY LOGS)."""
+    with connection.connect(settings, "") as conn, conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return [(str(row[0]), int(row[1])) for row in cur.fetchall()]
+
+
+def bytes_behind(files: list[tuple[str, int]], file: str, pos: int) -> int | None:
+    """Bytes of binlog after (file, pos); None when the server no longer has that file."""
+    names = [name for name, _ in files]
+    if file not in names:
+        return None
+    at = names.index(file)
+    return max(0, files[at][1] - pos) + sum(size for _, size in files[at + 1:])
+
+
 def binlog_end_of(settings: MySQLSettings) -> tuple[str, int]:
     """:func:`binlog_end` on a connection of its own."""
     with connection.connect(settings, "") as conn:

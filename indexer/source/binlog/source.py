@@ -3,7 +3,8 @@ one stream per table, each change decoded here (:mod:`indexer.core.binlog_change
 delivered with its row layout.
 
 A stream's positions are the changes' binlog coordinates packed as versions are (file
-number, position, row), so they grow in commit order. The binlog has one place to resume
+number, position, row), doubled (an update of a primary key is two changes: a delete of the
+old key, an insert of the new), so they grow in commit order. The binlog has one place to resume
 from, not one per stream: the start of the transaction of the oldest change delivered and
 not yet committed (or, with none outstanding, the end of the last whole transaction read).
 It is saved where every daemon of the deployment reads it (the search server's
@@ -66,7 +67,8 @@ class BinlogSource:
 
     def __init__(self, settings: MySQLSettings, replica: int, tables: Mapping[str, TableConfig],
                  start: Resume, save: SavePosition, outage: Outage,
-                 max_backoff_s: float) -> None:
+                 max_backoff_s: float, still_reader: Callable[[], None] = lambda: None,
+                 ) -> None:
         self._settings = settings
         self._replica = replica
         self._streams = {t.name: Stream(name, BINLOG_PART) for name, t in tables.items()}
@@ -75,13 +77,17 @@ class BinlogSource:
         self._save = save
         self.outage = outage
         self._max_backoff_s = max_backoff_s
+        self._still_reader = still_reader  # raises once another daemon reads instead
         self._start = start
         self._stream: BinlogStream | None = None
         self._reader: ChangeReader | None = None
         self._server: Server | None = None
-        self._out: deque[tuple[int, Stream, Resume]] = deque()  # delivered, not committed
+        self._read: deque[bytes] = deque()  # events read, not decoded yet
+        self._ready: deque[Delivery] = deque()  # decoded, not handed out yet
+        self._out: deque[tuple[int, Stream, Resume]] = deque()  # not committed yet
         self._committed: dict[Stream, int] = {}
         self._last = -1  # the last position delivered: a reconnect skips up to it
+        self._file = ("", 0)  # the last change's binlog file, and its number
         self._saved: Resume | None = None
         self._saved_at = 0.0
 
@@ -131,19 +137,30 @@ class BinlogSource:
         return None  # bytes of binlog behind are not changes: not known
 
     async def fetch(self, max_items: int, timeout_ms: int) -> Deliveries:
-        found: dict[Stream, list[Delivery]] = {}
-        events = await self._events(min(max_items, FETCH_EVENTS), timeout_ms / 1000)
-        reader = self._reader
-        assert reader is not None
-        for event in events:
-            while True:
-                try:
-                    changes = reader.feed(event)
+        self._still_reader()
+        ready, events = self._ready, self._read
+        # Decoded only as far as asked: a rows event holds up to hundreds of changes, and a
+        # backlog waits in the server's binlog, not in memory.
+        while len(ready) < max_items:
+            if not events:
+                events.extend(await self._events(FETCH_EVENTS,
+                                                 0 if ready else timeout_ms / 1000))
+                if not events:
                     break
-                except UnknownColumns as unknown:  # added since: read the table again
-                    await self._learn(unknown)
+            reader = self._reader  # a new one after a reconnect
+            assert reader is not None
+            try:
+                changes = reader.feed(events[0])
+            except UnknownColumns as unknown:  # added since: read the table again
+                await self._learn(unknown)
+                continue
+            events.popleft()
             for change in changes:
-                self._deliver(change, found)
+                self._deliver(change)
+        found: dict[Stream, list[Delivery]] = {}
+        for _ in range(min(max_items, len(ready))):
+            delivery = ready.popleft()
+            found.setdefault(delivery.stream, []).append(delivery)
         return found
 
     async def _learn(self, unknown: UnknownColumns) -> None:
@@ -153,17 +170,20 @@ class BinlogSource:
             columns = TableColumns(columns.names | unknown.names, columns.json)
         self._columns[unknown.table] = columns
 
-    def _deliver(self, change: RowChange, found: dict[Stream, list[Delivery]]) -> None:
+    def _deliver(self, change: RowChange) -> None:
         p = change.position
-        position = pack(binlog_file_number(p.file), p.pos, p.row)
+        if p.file != self._file[0]:
+            self._file = (p.file, binlog_file_number(p.file))
+        # Twice the coordinates' version: room for both halves of a primary key's change.
+        position = pack(self._file[1], p.pos, p.row) * 2 + change.half
         if position <= self._last:  # delivered before a reconnect
             return
         self._last = position
         stream = self._streams[change.table]
         self._out.append((position, stream, change.resume))
-        found.setdefault(stream, []).append(Delivery(
-            stream, position, None, None, _size(change), change=change.change,
-            layout=change.layout, error=change.error))
+        self._ready.append(Delivery(stream, position, None, None, _size(change),
+                                    change=change.change, layout=change.layout,
+                                    error=change.error))
 
     async def _events(self, max_events: int, timeout_s: float) -> list[bytes]:
         """The next events; while MySQL is away, reconnects from where a restart would (at

@@ -17,9 +17,9 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import (
     KafkaError,
 )
-from aiokafka.structs import ConsumerRecord, TopicPartition
+from aiokafka.structs import TopicPartition
 
-from indexer.core.streams import Deliveries, Delivery, RevokeHook, Stream
+from indexer.core.streams import Deliveries, Delivery, RevokeHook, Stream, deliveries_of
 from indexer.outages import Outage
 from indexer.settings import KafkaSettings
 from indexer.source.kafka.clients import client_security, probe
@@ -185,9 +185,11 @@ class KafkaSource:
                 records = await consumer.getmany(timeout_ms=READ_POLL_MS)
                 if records:
                     self.outage.ok()
-                    await self._fetched.put((self._generation, {
-                        self._stream(tp): [_delivery(self._stream(tp), r) for r in batch]
-                        for tp, batch in records.items()}))
+                    found = {}
+                    for tp, batch in records.items():
+                        stream = self._stream(tp)
+                        found[stream] = deliveries_of(stream, batch, replayed_from)
+                    await self._fetched.put((self._generation, found))
                 elif self.outage.down and time.monotonic() - probed >= PROBE_S:
                     probed = time.monotonic()  # nothing to read: is it back?
                     with contextlib.suppress(KafkaError):
@@ -263,9 +265,3 @@ class KafkaSource:
         highwater = self.consumer.highwater(TopicPartition(stream.name, stream.part))
         return None if highwater is None else max(0, highwater - next_position)
 
-
-def _delivery(stream: Stream, record: ConsumerRecord[bytes, bytes]) -> Delivery:
-    headers = record.headers
-    return Delivery(stream, record.offset, record.key, record.value,
-                    record.serialized_key_size + record.serialized_value_size,
-                    replayed_from(headers) if headers else None, headers)

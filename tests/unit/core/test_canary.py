@@ -63,6 +63,15 @@ def test_beats_in_kafka_but_not_indexed_is_the_daemon_behind() -> None:
     assert "lost upstream" not in line
 
 
+def test_on_the_binlog_source_a_beat_not_indexed_is_the_reader_and_no_kafka_is_named() -> None:
+    assert TABLE is not None
+    (line,) = canary.problems(SETTINGS, TABLE, "g", Sighting(
+        beat(30, 1), None, beat(20, 50), None, kafka_read=True, direct=True), NOW)
+    assert "not reading the binlog, or is behind" in line and "Kafka" not in line
+    assert canary.problems(SETTINGS, TABLE, "g", Sighting(
+        beat(30, 1), None, beat(30, 1), None, direct=True), NOW) == []
+
+
 def test_no_beat_written_lately_is_a_missing_writer() -> None:
     lines = verdict(beat(30, 90), beat(30, 90), beat(30, 90))
     assert len(lines) == 1 and "no daemon of the group writes beats" in lines[0]

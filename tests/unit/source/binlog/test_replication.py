@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from indexer.source.binlog.replication import settings_problems
+from indexer.source.binlog.lock import lock_name
+from indexer.source.binlog.replication import bytes_behind, settings_problems
 from indexer.source.binlog.source import replica_id
 
 READY = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
@@ -42,3 +43,16 @@ def test_replica_ids_are_one_per_deployment_unless_configured() -> None:
     assert replica_id("indexer", 0) != replica_id("search-sync", 0)
     assert 1 << 30 <= replica_id("indexer", 0) < 1 << 31
     assert replica_id("indexer", 77) == 77
+
+
+def test_lock_names_fit_mysql_and_stay_one_per_deployment() -> None:
+    assert lock_name("indexer") == "indexer-binlog:indexer"
+    long = lock_name("x" * 100)
+    assert len(long) <= 64 and long == lock_name("x" * 100) != lock_name("y" * 100)
+
+
+def test_bytes_behind_count_the_rest_of_the_file_and_every_later_one() -> None:
+    files = [("mysql-bin.000007", 1000), ("mysql-bin.000008", 500), ("mysql-bin.000009", 300)]
+    assert bytes_behind(files, "mysql-bin.000008", 200) == 300 + 300
+    assert bytes_behind(files, "mysql-bin.000009", 300) == 0
+    assert bytes_behind(files, "mysql-bin.000003", 4) is None  # purged

@@ -6,25 +6,24 @@ import re
 import pytest
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from indexer.core.streams import Deliveries, Delivery, Stream
+from indexer.core.streams import Deliveries, Delivery, Stream, deliveries_of
 from indexer.outages import Outage
 from indexer.settings import KafkaSettings
 from indexer.source.kafka.consumer import (
     KafkaSource,
-    _delivery,
     library_errors_told,
     topics_pattern,
 )
-from indexer.source.kafka.dead_letters import REPLAY_HEADER
+from indexer.source.kafka.dead_letters import REPLAY_HEADER, replayed_from
 
 A, B = Stream("t", 0), Stream("t", 1)
 
 
 def records(stream: Stream, start: int, n: int) -> list[Delivery]:
     """Records of a partition as the reader task hands them over: changes of a stream."""
-    return [_delivery(stream, ConsumerRecord(stream.name, stream.part, o, 0, 0, b"k", b"v", None,
-                                             1, 1, ()))
-            for o in range(start, start + n)]
+    return deliveries_of(stream, [ConsumerRecord(stream.name, stream.part, o, 0, 0, b"k", b"v",
+                                                 None, 1, 1, ())
+                                  for o in range(start, start + n)], replayed_from)
 
 
 def offsets(fetched: Deliveries) -> dict[Stream, list[int]]:
@@ -37,11 +36,11 @@ async def no_hook(revoked: set[Stream]) -> None:
 
 def test_a_record_is_a_change_of_its_partitions_stream_at_its_offset() -> None:
     record = ConsumerRecord("t", 1, 41, 0, 0, b"k", b"v", None, 1, 2, ())
-    assert _delivery(B, record) == Delivery(B, 41, b"k", b"v", 3)
+    assert deliveries_of(B, [record], replayed_from) == [Delivery(B, 41, b"k", b"v", 3)]
     # a replayed dead letter says where its change was first delivered
     replayed = ConsumerRecord("t", 1, 42, 0, 0, b"k", b"v", None, 1, 2,
                               ((REPLAY_HEADER, b"t/0/7"),))
-    assert _delivery(B, replayed).replay_of == ("t/0", 7)
+    assert deliveries_of(B, [replayed], replayed_from)[0].replay_of == ("t/0", 7)
 
 
 async def test_a_fetch_is_handed_over_in_slices_in_partition_order() -> None:
