@@ -72,10 +72,6 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
                 lock = await stack.enter_async_context(
                     ReaderLock(cfg.mysql, cfg.source.name, outages.mysql))
                 start = await binlog_start(cfg, state)
-            for table_config in indexed:  # tables read only for others' documents: no index
-                await ensure_table_index(sink.client, cfg, table_config)
-            if rebuilds is not None:
-                await rebuilds.ensure_meta()
             read_through = None
             if lock is not None and start is not None:
                 binlog = await stack.enter_async_context(BinlogSource(
@@ -91,6 +87,11 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
             else:
                 source, dead_letters, owns = await _kafka(cfg, tables, on_revoked, stack,
                                                           outages)
+            # After the source: a Kafka setting it refuses stops the start, indexless.
+            for table_config in indexed:  # tables read only for others' documents: no index
+                await ensure_table_index(sink.client, cfg, table_config)
+            if rebuilds is not None:
+                await rebuilds.ensure_meta()
             await _start_checks(cfg, metrics, stack, owns, outages, read_through)
             yield Parts(source, sink, dead_letters, state, schemas, rebuilds)
 
