@@ -3,7 +3,9 @@
 Side by side: the row in MySQL now (canonical values, projected as the document would be),
 the document in every index of the table's aliases with its version decoded, the key's
 latest events in Kafka (and whether the daemon's group has committed them), its dead
-letters, and a verdict naming the fields that differ and the command that fixes it.
+letters, and a verdict naming the fields that differ and the command that fixes it. With
+the binlog source the versions name the binlog events, and the letters are the search
+server's.
 The verdict is pure (:func:`judge`); :func:`explain` gathers.
 """
 
@@ -26,6 +28,7 @@ from indexer.core.writes import MAPPING_CONFLICT, MAPPING_ERRORS
 from indexer.errors import DecodeError, OwnershipError
 from indexer.jobs.ownership import look
 from indexer.jobs.table_reads import reads_for
+from indexer.search import dead_letters
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
@@ -34,6 +37,9 @@ from indexer.source.kafka.dead_letters import DeadLetter
 from indexer.source.kafka.topics import Record, TopicReader, iso_time
 
 EVENTS_SHOWN = 5  # the key's most recent events listed
+# The binlog source's letters of a table read looking for the key (a letter holds its change:
+# the key is not searchable).
+LETTERS_READ = 1000
 # Records read per partition looking for the key: ~3 s here (a 200,000-event topic: 4.5 s
 # for the whole command, 131 MB peak RSS).
 DEFAULT_SCAN_BUDGET = 50_000
@@ -69,11 +75,12 @@ class Event:
 
 @dataclass
 class Letter:
-    offset: int
+    offset: int  # in the dead-letter topic (the binlog source: the change's position)
     kind: str
     reason: str
     failed_at: str
-    source_offset: int
+    source_offset: int  # the change's (the binlog source: its position)
+    binlog: str | None = None  # the binlog source: "file:pos row N" of the change
 
 
 @dataclass
@@ -96,6 +103,7 @@ class Explanation:
     verdict: Verdict
     # A joined document's rows: (path in the document, "database.table", the row's id).
     made_of: list[tuple[str, str, str]] = field(default_factory=list)
+    source: str = "kafka"  # where changes are read: "kafka" or "binlog"
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -174,14 +182,20 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
         if table.version.kind == "binlog":
             registry = await StateStore(client).load(table.alias)
         documents = await _documents(client, table, doc_id, registry.epochs)
-    decoder = EnvelopeDecoder(config.connector, table.column_types)
-    async with TopicReader(config.kafka) as reader:
-        events, scanned = await _events(reader, config, table, decoder, builder, registry,
-                                        doc_id, scan_budget)
-        letters = await _letters(reader, config, table, decoder, doc_id, scan_budget)
+        if config.source.kind == "binlog":  # no copy of the events to list; letters here
+            events: list[Event] = []
+            scanned = 0
+            letters = await _binlog_letters(client, config, table, doc_id)
+    if config.source.kind != "binlog":
+        decoder = EnvelopeDecoder(config.connector, table.column_types)
+        async with TopicReader(config.kafka) as reader:
+            events, scanned = await _events(reader, config, table, decoder, builder, registry,
+                                            doc_id, scan_budget)
+            letters = await _letters(reader, config, table, decoder, doc_id, scan_budget)
     live = next((d for d in documents if d.live), None)
     return Explanation(table.name, doc_id, row, documents, events, letters, scanned,
-                       judge(table, row, live, events, letters), made_of if table.joins else [])
+                       judge(table, row, live, events, letters), made_of if table.joins else [],
+                       config.source.kind)
 
 
 def _json(value: dict[str, Any]) -> dict[str, Any]:
@@ -272,6 +286,24 @@ async def _letters(reader: TopicReader, config: Config, table: TableConfig,
     return sorted(found, key=lambda x: x.failed_at, reverse=True)
 
 
+async def _binlog_letters(client: SearchClient, config: Config, table: TableConfig,
+                          doc_id: str) -> list[Letter]:
+    """The key's dead letters among the table's newest in the search server."""
+    found = []
+    for letter in await dead_letters.letters_of(client, config.source.name, table.topic,
+                                                LETTERS_READ):
+        change = letter.get("change") or {}
+        if not isinstance(change.get("key"), dict) or document_id(change["key"]) != doc_id:
+            continue
+        where = letter.get("binlog") or {}
+        found.append(Letter(int(letter["position"]), str(letter["kind"]), str(letter["reason"]),
+                            str(letter["failed_at"]), int(letter["position"]),
+                            f"{where.get('file')}:{where.get('pos')} row {where.get('row')}"))
+        if len(found) == EVENTS_SHOWN:
+            break
+    return found
+
+
 def render_text(e: Explanation) -> list[str]:
     lines = [f"{e.table} id {e.id}", "", "MySQL now:"]
     lines.append(f"  {_line(e.row)}" if e.row is not None else "  no such row")
@@ -291,9 +323,13 @@ def render_text(e: Explanation) -> list[str]:
             lines.append(f"    {_line(d.source)}")
     joined = " (the document's own table; its joined tables' changes are not listed)" \
         if e.made_of else ""
-    lines += ["", f"Kafka (newest first; {e.scanned:,} records looked at){joined}:"]
-    if not e.events:
-        lines.append("  no event for this key in the records looked at")
+    if e.source == "binlog":
+        lines += ["", "Binlog: a document's version above names the change that wrote it (file, "
+                      "position, row); the direct source keeps no copy of the events to list"]
+    else:
+        lines += ["", f"Kafka (newest first; {e.scanned:,} records looked at){joined}:"]
+        if not e.events:
+            lines.append("  no event for this key in the records looked at")
     for ev in e.events:
         state = "committed" if ev.committed else "NOT committed yet"
         detail = ev.error or f"op {ev.op}, commit time {ev.commit_time}, version {ev.version}"
@@ -302,8 +338,9 @@ def render_text(e: Explanation) -> list[str]:
     if not e.dead_letters:
         lines.append("  none")
     for letter in e.dead_letters:
-        lines.append(f"  @{letter.offset} ({letter.failed_at}), from offset "
-                     f"{letter.source_offset}: {letter.kind}: {letter.reason}")
+        origin = (f"{letter.binlog} ({letter.failed_at})" if letter.binlog is not None else
+                  f"@{letter.offset} ({letter.failed_at}), from offset {letter.source_offset}")
+        lines.append(f"  {origin}: {letter.kind}: {letter.reason}")
     v = e.verdict
     lines += ["", f"Verdict: {v.summary}"]
     if v.differing_fields:

@@ -4,11 +4,14 @@ Per table: the consumer group's lag per partition, the source commit time of the
 change indexed and how long the oldest waiting change has waited, dead letters since a
 time, the indices behind the read and sync aliases, tombstones, whether a daemon consumes,
 source switches not acknowledged; plus the connectors' states when ``[connect]`` is set.
+With the binlog source, instead of lag: its saved position against the binlog's end and the
+MySQL connection that reads it; its dead letters are counted in the search server.
 Gathering is I/O; :func:`table_problems` (what counts as unhealthy) is pure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,13 +22,17 @@ from indexer.core.events import EnvelopeDecoder
 from indexer.core.streams import Stream
 from indexer.core.verification import record_problems
 from indexer.errors import DecodeError
-from indexer.jobs.health import canary_report, connectors, stall_problems
+from indexer.jobs.health import binlog_problems, canary_report, connectors, stall_problems
+from indexer.search import dead_letters
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
+from indexer.source.binlog.lock import reader_connection
+from indexer.source.binlog.replication import binlog_files, bytes_behind
 from indexer.source.kafka.dead_letters import DeadLetter
 from indexer.source.kafka.topics import PartitionLag, Record, TopicReader, iso_time
+from indexer.source.mysql import retry as mysql_retry
 
 
 @dataclass
@@ -67,32 +74,35 @@ class TableStatus:
 
 @dataclass
 class Status:
-    group: str
+    group: str | None  # the Kafka consumer group (None: the binlog source)
     consumers: list[dict[str, Any]]
     dead_letters_since: str | None
     tables: list[TableStatus]
     connectors: list[dict[str, Any]] = field(default_factory=list)
     canary: dict[str, Any] | None = None  # where the newest beat is (canary.Sighting)
     problems: list[str] = field(default_factory=list)
+    # The binlog source: its saved position, the binlog's end, bytes between, the reader.
+    binlog: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"group": self.group, "consumers": self.consumers,
+        return {"group": self.group, "binlog": self.binlog, "consumers": self.consumers,
                 "dead_letters_since": self.dead_letters_since, "connectors": self.connectors,
                 "canary": self.canary, "tables": [t.as_json() for t in self.tables],
                 "problems": self.problems, "healthy": not self.problems}
 
 
-def table_problems(status: TableStatus, consumers: int) -> list[str]:
+def table_problems(status: TableStatus, consumers: int | None) -> list[str]:
     """What is wrong with a table's pipeline (dead letters are reported, not a problem: each
-    was logged with its reason and waits for `indexer dlq replay`)."""
+    was logged with its reason and waits for `indexer dlq replay`); ``consumers``: the
+    group's, None for the binlog source (no topics, no group)."""
     problems = []
     if not status.live:
         problems.append(f"{status.table}: no index behind alias {status.alias!r} "
                         "(run `indexer mappings apply`)")
-    if status.lag and not consumers:
+    if consumers is not None and status.lag and not consumers:
         problems.append(f"{status.table}: {status.lag:,} changes wait in {status.topic} and no "
                         "daemon consumes them (is `indexer run` running?)")
-    if not status.partitions:
+    if consumers is not None and not status.partitions:
         problems.append(f"{status.table}: topic {status.topic!r} does not exist yet")
     if status.unacknowledged_switches:
         problems.append(f"{status.table}: {status.unacknowledged_switches} source switches "
@@ -101,7 +111,6 @@ def table_problems(status: TableStatus, consumers: int) -> list[str]:
 
 
 async def gather(config: Config, since_ms: int | None) -> Status:
-    group = config.kafka.group_id
     tables: dict[str, TableStatus] = {}
     async with SearchClient(config.elasticsearch) as client:
         state = StateStore(client)
@@ -120,6 +129,32 @@ async def gather(config: Config, since_ms: int | None) -> Status:
             if table.joins and aliases.live:
                 status.truncated = await _truncated(client, table.alias)
             tables[table.topic] = status
+        if config.source.kind == "binlog":
+            result = await _binlog_side(config, client, state, tables, since_ms)
+    if config.source.kind != "binlog":
+        result = await _kafka_side(config, tables, since_ms)
+    for status in result.tables:
+        result.problems.extend(table_problems(status, len(result.consumers)
+                                              if result.binlog is None else None))
+        result.problems.extend(record_problems(config.table(status.table), status.verification,
+                                               config.verify))
+    result.problems.extend(await _source_problems(config, result))
+    result.canary, problems = await canary_report(config)
+    result.problems.extend(problems)
+    return result
+
+
+def _letters_by_table(config: Config, tables: dict[str, TableStatus]) -> dict[str, TableStatus]:
+    """Each stream's table: a joined document's letters come from any table of its tree."""
+    by_topic = {topic: tables[table.topic] for table in config.tables
+                for topic in trees.tree_topics(table)}
+    by_topic.update({table.topic: tables[table.topic] for table in config.tables})
+    return by_topic
+
+
+async def _kafka_side(config: Config, tables: dict[str, TableStatus],
+                      since_ms: int | None) -> Status:
+    group = config.kafka.group_id
     async with TopicReader(config.kafka) as reader:
         consumers = await reader.members(group)
         for table in config.tables:
@@ -128,29 +163,66 @@ async def gather(config: Config, since_ms: int | None) -> Status:
             tables[table.topic].partitions = [
                 await _partition(reader, config, table, lag) for lag in lags]
         # Counted fetch by fetch: a dead letter keeps its message, which may be megabytes.
-        # A joined document's letters come from any table of its tree.
-        by_topic = {topic: tables[table.topic] for table in config.tables
-                    for topic in trees.tree_topics(table)}
-        by_topic.update({table.topic: tables[table.topic] for table in config.tables})
+        by_topic = _letters_by_table(config, tables)
         async for batch in reader.since(config.kafka.dead_letter_topic, since_ms):
             for record in batch:
                 letter = DeadLetter.from_headers(record.headers)
                 if letter is not None and letter.topic in by_topic:
                     kinds = by_topic[letter.topic].dead_letters
                     kinds[letter.kind] = kinds.get(letter.kind, 0) + 1
-    result = Status(group, consumers, iso_time(since_ms) if since_ms else None,
-                    list(tables.values()))
-    for status in result.tables:
-        result.problems.extend(table_problems(status, len(consumers)))
-        result.problems.extend(record_problems(config.table(status.table), status.verification,
-                                               config.verify))
-    states, problems = await connectors(config)
-    result.connectors = [s.as_json() for s in states]
-    result.problems.extend(problems)
-    result.problems.extend(await stall_problems(config))
-    result.canary, problems = await canary_report(config)
-    result.problems.extend(problems)
-    return result
+    return Status(group, consumers, iso_time(since_ms) if since_ms else None,
+                  list(tables.values()))
+
+
+async def _binlog_side(config: Config, client: SearchClient, state: StateStore,
+                       tables: dict[str, TableStatus], since_ms: int | None) -> Status:
+    """The binlog source: where its saved position stands against the binlog's end, which
+    MySQL connection reads (the reader lock's holder), and its dead letters (in the search
+    server)."""
+    name = config.source.name
+    by_topic = _letters_by_table(config, tables)
+    for stream, kinds in (await dead_letters.letter_counts(client, name, since_ms)).items():
+        if stream in by_topic:
+            counted = by_topic[stream].dead_letters
+            for kind, n in kinds.items():
+                counted[kind] = counted.get(kind, 0) + n
+    binlog: dict[str, Any] = {"name": name, "position": None, "saved_at": None,
+                              "end": None, "bytes_behind": None, "reader_connection": None}
+    saved = await state.binlog_position(name)
+    if saved is not None:
+        binlog["position"] = f"{saved['file']}:{saved['pos']}"
+        binlog["saved_at"] = saved.get("saved_at")
+    consumers = []
+    try:
+        files = await asyncio.to_thread(binlog_files, config.mysql)
+        reader = await asyncio.to_thread(reader_connection, config.mysql, name)
+    except mysql_retry.FAILURES as exc:
+        binlog["error"] = str(exc)
+    else:
+        if files:
+            binlog["end"] = f"{files[-1][0]}:{files[-1][1]}"
+        if saved is not None:
+            binlog["bytes_behind"] = bytes_behind(files, str(saved["file"]), int(saved["pos"]))
+        binlog["reader_connection"] = reader
+        if reader is not None:
+            consumers.append({"client_id": f"binlog reader (MySQL connection {reader})",
+                              "host": f"{config.mysql.host}:{config.mysql.port}"})
+    return Status(None, consumers, iso_time(since_ms) if since_ms else None,
+                  list(tables.values()), binlog=binlog)
+
+
+async def _source_problems(config: Config, status: Status) -> list[str]:
+    if status.binlog is None:
+        states, problems = await connectors(config)
+        status.connectors = [s.as_json() for s in states]
+        return problems + await stall_problems(config)
+    async with SearchClient(config.elasticsearch) as client:
+        problems = await binlog_problems(config, StateStore(client))
+    if (status.binlog["bytes_behind"] or 0) > 0 and status.binlog["reader_connection"] is None:
+        problems.append(f"binlog source {config.source.name}: "
+                        f"{status.binlog['bytes_behind']:,} bytes of binlog wait and no daemon "
+                        "reads them (is `indexer run` running?)")
+    return problems
 
 
 async def _partition(reader: TopicReader, config: Config, table: TableConfig,
@@ -194,13 +266,22 @@ def _source_ms(decoder: EnvelopeDecoder, record: Record) -> int | None:
 def render_text(status: Status) -> list[str]:
     """Plain lines: complete whatever reads them."""
     members = ", ".join(f"{m['client_id']}@{m['host']}" for m in status.consumers) or "none"
-    lines = [f"group {status.group}: consumers {members}"]
+    if (b := status.binlog) is not None:
+        reader = ("none reads it" if b["reader_connection"] is None
+                  else f"read by MySQL connection {b['reader_connection']}")
+        behind = "-" if b["bytes_behind"] is None else f"{b['bytes_behind']:,}"
+        lines = [f"binlog source {b['name']}: {reader}; saved position {b['position'] or '-'} "
+                 f"(at {b['saved_at'] or '-'}), binlog end {b['end'] or '-'}, {behind} bytes "
+                 "behind"]
+    else:
+        lines = [f"group {status.group}: consumers {members}"]
     for t in status.tables:
         dead = ", ".join(f"{k} {n:,}" for k, n in sorted(t.dead_letters.items())) or "none"
         lines.append(f"{t.table}: alias {t.alias} -> {', '.join(t.live) or 'nothing'}; "
                      f"sync -> {', '.join(t.synced) or 'nothing'}; documents "
-                     f"{_n(t.documents)}, tombstones {_n(t.tombstones)}; lag {t.lag:,}; "
-                     f"dead letters {dead}")
+                     f"{_n(t.documents)}, tombstones {_n(t.tombstones)}; "
+                     + ("" if status.binlog is not None else f"lag {t.lag:,}; ")
+                     + f"dead letters {dead}")
         for p in t.partitions:
             waiting = (f", oldest waiting {p.oldest_waiting_s:,.1f} s"
                        if p.oldest_waiting_s is not None else "")
@@ -218,10 +299,14 @@ def render_text(status: Status) -> list[str]:
         def where(beat: dict[str, Any] | None) -> str:
             return "-" if beat is None else f"beat {beat['seq']:,} ({beat['age_s']:,.1f} s ago)"
 
-        heartbeat = c["heartbeat_age_s"]
-        lines.append(f"canary: written {where(c['written'])}, in Kafka {where(c['in_kafka'])}, "
-                     f"indexed {where(c['indexed'])}; Debezium heartbeat "
-                     + ("-" if heartbeat is None else f"{heartbeat:,.1f} s ago"))
+        if status.binlog is not None:
+            lines.append(f"canary: written {where(c['written'])}, indexed "
+                         f"{where(c['indexed'])}")
+        else:
+            heartbeat = c["heartbeat_age_s"]
+            lines.append(f"canary: written {where(c['written'])}, in Kafka "
+                         f"{where(c['in_kafka'])}, indexed {where(c['indexed'])}; Debezium "
+                         "heartbeat " + ("-" if heartbeat is None else f"{heartbeat:,.1f} s ago"))
     for c in status.connectors:
         tasks = ", ".join(f"task {t['id']} {t['state']}" for t in c["tasks"]) or "no task"
         lines.append(f"connector {c['name']}: {c['state']} ({tasks})")

@@ -71,3 +71,32 @@ class SearchDeadLetters:
             "kind": {"type": "keyword"}, "failed_at": {"type": "date"},
             "position": {"type": "long"}, "change": {"type": "object", "enabled": False}}})
         self._ready = True
+
+
+async def letter_counts(client: SearchClient, source: str,
+                        since_ms: int | None) -> dict[str, dict[str, int]]:
+    """A source's dead letters since a time, per stream and kind."""
+    if not await client.index_exists(DEAD_LETTER_INDEX):
+        return {}
+    query: list[dict[str, Any]] = [{"term": {"source": source}}]
+    if since_ms is not None:
+        query.append({"range": {"failed_at": {"gte": since_ms, "format": "epoch_millis"}}})
+    found = await client.search(DEAD_LETTER_INDEX, {
+        "size": 0, "query": {"bool": {"filter": query}},
+        "aggs": {"streams": {"terms": {"field": "stream", "size": 1000}, "aggs": {
+            "kinds": {"terms": {"field": "kind", "size": 100}}}}}})
+    return {stream["key"]: {kind["key"]: int(kind["doc_count"])
+                            for kind in stream["kinds"]["buckets"]}
+            for stream in found["aggregations"]["streams"]["buckets"]}
+
+
+async def letters_of(client: SearchClient, source: str, stream: str,
+                     limit: int) -> list[dict[str, Any]]:
+    """A stream's newest dead letters (their documents), newest first."""
+    if not await client.index_exists(DEAD_LETTER_INDEX):
+        return []
+    found = await client.search(DEAD_LETTER_INDEX, {
+        "size": limit, "sort": [{"failed_at": "desc"}],
+        "query": {"bool": {"filter": [{"term": {"source": source}},
+                                      {"term": {"stream": stream}}]}}})
+    return [hit["_source"] for hit in found["hits"]["hits"]]

@@ -16,8 +16,12 @@ from typing import Any
 
 import pytest
 
-from indexer.errors import BinlogPurged
+from indexer.errors import BinlogPurged, ConfigError
+from indexer.jobs.dlq import replay
+from indexer.jobs.explain import explain
 from indexer.jobs.health import check_health
+from indexer.jobs.reconcile import reconcile
+from indexer.jobs.status import gather
 from indexer.search.client import SearchClient
 from indexer.search.dead_letters import DEAD_LETTER_INDEX
 from indexer.search.state import StateStore
@@ -25,6 +29,7 @@ from indexer.settings import Config
 from tests.integration import conftest
 from tests.integration.conftest import (
     COLUMNS,
+    DATABASE,
     at_least,
     count,
     documents,
@@ -40,6 +45,8 @@ from tests.integration.conftest import (
     wait_for_topic,
     wait_until,
 )
+from tests.integration.test_canary import FAST
+from tests.integration.test_joins import create_shop, drop_shop, every_change_kind
 
 
 def binlog_config(make_config: Callable[..., Config], table: conftest.TestTable, name: str,
@@ -265,6 +272,18 @@ async def test_what_cannot_be_written_is_dead_lettered_in_the_search_server(
         assert truncated["kind"] == "unsupported-op" and "indexer reindex" in truncated["reason"]
         assert also_refused["change"]["key"] == {"id": 3}
         assert sorted(await documents(es, table.alias)) == ["1"]
+        # status counts them, explain shows the key's with its binlog coordinates, and
+        # `dlq replay` says what to do instead.
+        status = await gather(config, None)
+        assert status.binlog is not None and status.binlog["reader_connection"] is not None
+        assert status.tables[0].dead_letters == {"mapping-conflict": 2, "unsupported-op": 1}
+        explained = await explain(config, config.tables[0], "2")
+        (letter,) = explained.dead_letters
+        assert letter.kind == "mapping-conflict" and letter.binlog is not None
+        assert letter.binlog.startswith(f"{refused['binlog']['file']}:{refused['binlog']['pos']} ")
+        assert explained.events == [] and explained.source == "binlog"
+        with pytest.raises(ConfigError, match="reconcile --repair"):
+            await replay(config, [], [], None, dry_run=True)
 
 
 async def _count_is(letters: Callable[[], Any], n: int) -> bool:
@@ -311,3 +330,40 @@ async def _dump_threads(db: Any) -> list[int]:
     return [int(r[0]) for r in sql(
         db, "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = 'Binlog Dump' AND "
             "USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")]
+
+
+async def test_joined_documents_and_the_canary_on_the_binlog_source(
+        db: Any, es: SearchClient, tmp_path: Path, make_config: Any) -> None:
+    """Every change kind of a joined tree rebuilds its documents from the binlog; the canary's
+    table, absent at the start, is read from its first beat; status, explain, check and
+    reconcile agree."""
+    shop = create_shop(db, tmp_path)
+    canary = unique("canary")
+    alias = canary.replace("_", "-")  # another test's canary table has the shared one
+    config = make_config(shop.entry(), source={"kind": "binlog", "name": unique("it-binlog")},
+                         canary={"table": f"{DATABASE}.{canary}", "alias": alias, **FAST})
+    try:
+        async with running(config):
+            await wait_for_documents(es, shop.alias, shop.expected(db), timeout=90)
+            for change in every_change_kind(shop.t):
+                sql(db, change)
+            await wait_for_documents(es, shop.alias, shop.expected(db), timeout=60)
+            await wait_until(lambda: _healthy(config), 60, "the canary's beats indexed")
+            status = await gather(config, None)
+            assert status.problems == [] and status.canary is not None
+            assert status.canary["indexed"] is not None
+            explained = await explain(config, config.tables[0], "1")
+            assert explained.verdict.in_sync, explained.verdict
+            assert explained.made_of and explained.source == "binlog"
+        report = await reconcile(config, config.tables[0], settle_s=0)
+        assert report.clean, report.as_json()
+    finally:
+        drop_shop(db, shop)
+        sql(db, f"DROP TABLE IF EXISTS `{canary}`")
+        with contextlib.suppress(Exception):
+            for name in (shop.alias, alias):
+                await es.delete_matching(f"{name}-v*")
+
+
+async def _healthy(config: Config) -> bool:
+    return await check_health(config) == []

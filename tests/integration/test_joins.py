@@ -12,7 +12,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -215,40 +215,45 @@ async def settled(db: Any, es: SearchClient, shop: Shop, timeout: float = 60) ->
     await wait_for_documents(es, shop.alias, shop.expected(db), timeout=timeout)
 
 
+def every_change_kind(t: Callable[[str], str]) -> list[str]:
+    """Statements changing every part of the shop's documents (``t``: :meth:`Shop.t`)."""
+    return [
+        # the root: insert, update, and a lookup many documents share, renamed
+        f"INSERT INTO {t('products')} VALUES (7, 'new', 1.00, 2, 1)",
+        f"UPDATE {t('products')} SET name = 'renamed', price = 9.99 WHERE id = 1",
+        f"UPDATE {t('categories')} SET name = 'Black tea' WHERE id = 1",
+        # children: insert, update, moved to another parent, deleted
+        f"INSERT INTO {t('variants')} VALUES (71, 7, 'sku-9', 50, 1)",
+        f"UPDATE {t('variants')} SET grams = 999, position = 9 WHERE id = 10",
+        f"UPDATE {t('variants')} SET product_id = 7 WHERE id = 11",  # moves its stock too
+        f"DELETE FROM {t('variants')} WHERE id = 20",  # cascades its stock away
+        # the third level, under a composite key
+        f"INSERT INTO {t('stock')} VALUES (7, 'sku-9', 'rome', 5)",
+        f"UPDATE {t('stock')} SET qty = 100 WHERE product_id = 3 AND sku = 'sku-0'",
+        # many-to-many: a link added and removed, a tag renamed
+        f"INSERT INTO {t('product_tags')} VALUES (7, 3)",
+        f"DELETE FROM {t('product_tags')} WHERE product_id = 1",
+        f"UPDATE {t('tags')} SET name = 'bio' WHERE id = 2",
+        # cascades the binlog does not carry: a tag deleted takes its links with it; a
+        # category deleted leaves its products' category_id NULL; a category's key
+        # changed carries over to its products
+        f"DELETE FROM {t('tags')} WHERE id = 1",
+        f"DELETE FROM {t('categories')} WHERE id = 3",
+        f"UPDATE {t('categories')} SET id = 20 WHERE id = 2",
+        # a root's primary key changed (its children follow by ON UPDATE CASCADE)
+        f"UPDATE {t('products')} SET id = 60 WHERE id = 6",
+        # a root deleted: its children go with it
+        f"DELETE FROM {t('products')} WHERE id = 4",
+    ]
+
+
 @pytest.mark.servers  # nested documents, refs and versions on every server
 async def test_every_change_kind_rebuilds_exactly_the_touched_documents(
         db: Any, es: SearchClient, shop: Shop, make_config: Any) -> None:
     t = shop.t
     config = make_config(shop.entry())
     async with streaming(db, es, shop, config):
-        changes = [
-            # the root: insert, update, and a lookup many documents share, renamed
-            f"INSERT INTO {t('products')} VALUES (7, 'new', 1.00, 2, 1)",
-            f"UPDATE {t('products')} SET name = 'renamed', price = 9.99 WHERE id = 1",
-            f"UPDATE {t('categories')} SET name = 'Black tea' WHERE id = 1",
-            # children: insert, update, moved to another parent, deleted
-            f"INSERT INTO {t('variants')} VALUES (71, 7, 'sku-9', 50, 1)",
-            f"UPDATE {t('variants')} SET grams = 999, position = 9 WHERE id = 10",
-            f"UPDATE {t('variants')} SET product_id = 7 WHERE id = 11",  # moves its stock too
-            f"DELETE FROM {t('variants')} WHERE id = 20",  # cascades its stock away
-            # the third level, under a composite key
-            f"INSERT INTO {t('stock')} VALUES (7, 'sku-9', 'rome', 5)",
-            f"UPDATE {t('stock')} SET qty = 100 WHERE product_id = 3 AND sku = 'sku-0'",
-            # many-to-many: a link added and removed, a tag renamed
-            f"INSERT INTO {t('product_tags')} VALUES (7, 3)",
-            f"DELETE FROM {t('product_tags')} WHERE product_id = 1",
-            f"UPDATE {t('tags')} SET name = 'bio' WHERE id = 2",
-            # cascades the binlog does not carry: a tag deleted takes its links with it; a
-            # category deleted leaves its products' category_id NULL; a category's key
-            # changed carries over to its products
-            f"DELETE FROM {t('tags')} WHERE id = 1",
-            f"DELETE FROM {t('categories')} WHERE id = 3",
-            f"UPDATE {t('categories')} SET id = 20 WHERE id = 2",
-            # a root's primary key changed (its children follow by ON UPDATE CASCADE)
-            f"UPDATE {t('products')} SET id = 60 WHERE id = 6",
-            # a root deleted: its children go with it
-            f"DELETE FROM {t('products')} WHERE id = 4",
-        ]
+        changes = every_change_kind(t)
         for change in changes:
             sql(db, change)
             await settled(db, es, shop)

@@ -1,6 +1,7 @@
 """docker-compose.yml cannot run here; check it stays in step with indexer's defaults."""
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -58,9 +59,37 @@ def test_connector_settings_match_what_the_decoder_expects() -> None:
         "KAFKA_ADVERTISED_LISTENERS"]
 
 
+def interpolated(env: dict[str, str], shell: dict[str, str]) -> dict[str, str]:
+    """Compose's ``${NAME:-default}`` as ``docker compose`` resolves it with ``shell``."""
+    return {key: re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: shell.get(m[1]) or m[2], value)
+            for key, value in env.items()}
+
+
+def test_the_default_runs_the_direct_source_and_kafka_is_a_profile_away() -> None:
+    services = compose()["services"]
+    # `docker compose up`: MySQL, Elasticsearch and indexer reading the binlog.
+    started = {name for name, s in services.items() if not s.get("profiles")}
+    assert started == {"mysql", "elasticsearch", "indexer"}
+    assert all(services[name]["profiles"] == ["kafka"]
+               for name in ("kafka", "connect", "register-connector"))
+    env = services["indexer"]["environment"]
+    assert load_config(REPO / "examples/demo.toml", interpolated(env, {})).source.kind == "binlog"
+    kafka = load_config(REPO / "examples/demo.toml",
+                        interpolated(env, {"INDEXER_SOURCE": "kafka"}))
+    assert kafka.source.kind == "kafka"
+    # What the binlog source requires of the server, and the privilege to read it.
+    command = services["mysql"]["command"]
+    assert {"--binlog-format=ROW", "--binlog-row-image=FULL",
+            "--binlog-row-metadata=FULL"} <= set(command)
+    grants = (REPO / "dev/compose/mysql-init.sql").read_text()
+    assert re.search(r"GRANT [^;]*REPLICATION SLAVE[^;]* TO 'indexer'", grants)
+    # Without Kafka's services the dependency on the connector's registration is dropped.
+    assert services["indexer"]["depends_on"]["register-connector"]["required"] is False
+
+
 def test_indexer_service_reaches_the_other_services() -> None:
     services = compose()["services"]
-    env = services["indexer"]["environment"]
+    env = interpolated(services["indexer"]["environment"], {"INDEXER_SOURCE": "kafka"})
     config = load_config(REPO / "examples/demo.toml", env)
     host, port = config.kafka.bootstrap_servers.split(":")
     assert host in services and f"{host}:{port}" in services["kafka"]["environment"][

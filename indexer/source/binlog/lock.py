@@ -47,6 +47,14 @@ def lock_name(source_name: str) -> str:
     return f"indexer-binlog:{hashlib.sha256(source_name.encode()).hexdigest()[:40]}"
 
 
+def reader_connection(settings: MySQLSettings, source_name: str) -> int | None:
+    """The MySQL connection id of the daemon reading the deployment's binlog (None: none)."""
+    with connection.connect(settings, "") as conn, conn.cursor() as cur:
+        cur.execute("SELECT IS_USED_LOCK(%s)", (lock_name(source_name),))
+        row = cur.fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
 class ReaderLock:
     """``async with ReaderLock(...)``: waits (standing by) until this daemon is the reader."""
 

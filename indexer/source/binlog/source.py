@@ -30,7 +30,7 @@ from indexer.core.binlog_changes import ChangeReader, RowChange, TableColumns, U
 from indexer.core.sources import binlog_file_number
 from indexer.core.streams import Deliveries, Delivery, Stream
 from indexer.core.versions import pack
-from indexer.errors import BinlogPurged
+from indexer.errors import BinlogPurged, MissingTable
 from indexer.outages import Outage
 from indexer.settings import MySQLSettings, TableConfig
 from indexer.source.binlog.replication import BinlogStream, Server
@@ -111,8 +111,13 @@ class BinlogSource:
                 await self._stream.close()
 
     async def _read_columns(self, table: TableConfig) -> TableColumns:
-        layout = await asyncio.to_thread(schema.read_layout, self._settings, table.database,
-                                         table.table)
+        try:
+            layout = await asyncio.to_thread(schema.read_layout, self._settings, table.database,
+                                             table.table)
+        except MissingTable:
+            # Not made yet (the canary's, made by its first beat; a joined table created
+            # later): its first table map names columns unknown here, and it is read then.
+            return TableColumns(frozenset(), frozenset())
         return TableColumns(frozenset(c.name for c in layout.columns),
                             frozenset(c.name for c in layout.columns if c.data_type == "json"))
 

@@ -3,7 +3,15 @@ from typing import Any
 from indexer.core.compare import NOT_INDEXERS, differences
 from indexer.core.documents import pack_binlog_version
 from indexer.core.sources import Epoch
-from indexer.jobs.explain import Event, Found, Letter, describe_version, judge
+from indexer.jobs.explain import (
+    Event,
+    Explanation,
+    Found,
+    Letter,
+    describe_version,
+    judge,
+    render_text,
+)
 from indexer.settings import TableConfig, VersionSource
 
 TABLE = TableConfig("shop", "items", "mysql.shop.items", "items", "items.json",
@@ -75,3 +83,16 @@ def test_the_fix_prefers_waiting_then_dead_letters() -> None:
     other = judge(TABLE, ROW, None, [], [Letter(3, "undecodable", "not JSON", "t", 41)])
     assert other.fix == ("its change was dead-lettered (undecodable: not JSON): fix the cause, "
                          "then `indexer dlq replay --table items`")
+
+
+def test_the_binlog_sources_explanation_names_its_letters_by_binlog_coordinates() -> None:
+    letter = Letter(9_000, "mapping", "field [price] of type float", "2026-12-03T10:00:00.000",
+                    9_000, "mysql-bin.000003:4711 row 2")
+    e = Explanation("shop.items", "1", ROW, [found(dict(ROW))], [], [letter], 0,
+                    judge(TABLE, ROW, found(dict(ROW)), [], [letter]), source="binlog")
+    lines = render_text(e)
+    assert not any(line.startswith("Kafka") for line in lines)
+    assert any(line.startswith("Binlog: a document's version above names the change")
+               for line in lines)
+    assert ("  mysql-bin.000003:4711 row 2 (2026-12-03T10:00:00.000): mapping: field [price] "
+            "of type float") in lines

@@ -48,3 +48,28 @@ def test_a_joined_documents_truncations_and_joined_tables_lag() -> None:
     assert "lag 5;" in lines[1]
     assert lines[3].startswith("  mysql.shop.variants[0]: end 50, committed 45, lag 5")
     assert lines[4] == "  documents with children cut at their max: variants 12"
+
+
+def test_the_binlog_source_has_no_topics_or_group_to_be_unhealthy_about() -> None:
+    # No partitions and no consumers: nothing to say for the binlog source (consumers None).
+    assert table_problems(status(partitions=[]), consumers=None) == []
+    assert "mappings apply" in table_problems(status(live=[], partitions=[]), None)[0]
+
+
+def test_the_binlog_sources_text_says_where_it_reads_and_who_reads() -> None:
+    binlog = {"name": "shop", "position": "mysql-bin.000003:4711", "end": "mysql-bin.000003:9000",
+              "saved_at": "2026-12-03T10:00:00+00:00", "bytes_behind": 4289,
+              "reader_connection": 42}
+    s = Status(None, [], None, [status(partitions=[], dead_letters={"mapping": 1})],
+               binlog=binlog)
+    lines = render_text(s)
+    assert lines[0] == ("binlog source shop: read by MySQL connection 42; saved position "
+                        "mysql-bin.000003:4711 (at 2026-12-03T10:00:00+00:00), binlog end "
+                        "mysql-bin.000003:9000, 4,289 bytes behind")
+    assert lines[1].endswith("documents 10, tombstones 2; dead letters mapping 1")  # no lag
+    assert s.as_json()["binlog"] == binlog and s.as_json()["group"] is None
+    idle = render_text(Status(None, [], None, [], binlog={**binlog, "reader_connection": None,
+                                                          "position": None,
+                                                          "bytes_behind": None}))
+    assert idle[0].startswith("binlog source shop: none reads it; saved position - (")
+    assert idle[0].endswith(", - bytes behind")
