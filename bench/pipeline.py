@@ -21,6 +21,10 @@ original is put back at the end. The variants take turns, ``--rounds`` times.
 paused for its bursts (Kafka and Connect idle, their CPU still counted), and "in Kafka" is not
 timed. Its first start loads the table; later rounds resume from its saved position.
 
+``--backlog`` commits each burst with the daemon stopped (Debezium, when it runs, puts it all
+in Kafka first) and times the daemon from its start until the burst is searchable: the rows/s
+of a backlog and the daemon's peak RSS while it works through one.
+
     .venv/bin/python -m bench.pipeline --rows 100000 --rounds 2 --variant debezium \
         --variant direct:indexer.source.kind=binlog
 """
@@ -54,6 +58,7 @@ from bench.common import (
     cpu_seconds,
     daemon_metric,
     mysql,
+    peak_rss_mb,
     search_client,
     server_cpu,
     unique,
@@ -110,6 +115,7 @@ class Burst:
     search_s: float  # first commit -> every document searchable with the new value
     cpu_us: dict[str, float]  # per process, CPU per row over the window
     bulks: float  # bulks the daemon sent in the window
+    rss_mb: float = 0.0  # the daemon's peak resident memory
 
     def line(self) -> str:
         cpu = ", ".join(f"{name} {us:.0f}" for name, us in self.cpu_us.items())
@@ -117,7 +123,8 @@ class Burst:
                  if self.kafka_s else f"{'(no Kafka)':33}")
         return (f"{self.variant:18} {kafka} | searchable {self.search_s:5.1f} s "
                 f"({self.rows / self.search_s:6,.0f} rows/s) | µs CPU per row: {cpu} | "
-                f"{self.rows / max(self.bulks, 1):,.0f} docs per bulk")
+                f"{self.rows / max(self.bulks, 1):,.0f} docs per bulk | peak RSS "
+                f"{self.rss_mb:,.0f} MB")
 
 
 def rest(method: str, path: str, body: Any = None) -> Any:
@@ -247,6 +254,37 @@ async def wait_caught_up(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer,
     raise RuntimeError(f"the daemon did not catch up with {topic} in {CATCH_UP_S} s")
 
 
+async def wait_in_kafka(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str,
+                        topic: str, rows: int) -> None:
+    """Until the topic holds ``rows`` records past the group's committed offset."""
+    wanted = await committed(admin, group, topic) + rows
+    deadline = time.monotonic() + CATCH_UP_S
+    while await topic_end(admin, consumer, topic) < wanted:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{rows:,} changes did not reach {topic} in {CATCH_UP_S} s")
+        await asyncio.sleep(POLL_S)
+
+
+async def measure_backlog(es: SearchClient, config: Path, variant: Variant, alias: str,
+                          rows: int, value: int) -> Burst:
+    """The burst already committed while the daemon was stopped: from the daemon's start
+    (its process spawned) until every document shows it."""
+    cpu_before = {s: server_cpu(s) for s in SERVERS}
+    started = time.perf_counter()
+    async with daemon(config, variant.env) as pid:
+        bulks_before = bulks_sent()  # counted from the start: the process is new
+        while await es.count(alias, {"term": {"qty": value}}) < rows:
+            await asyncio.sleep(POLL_S)
+            if time.perf_counter() - started > CATCH_UP_S:
+                raise RuntimeError("the backlog did not become searchable in time")
+        search_s = time.perf_counter() - started
+        cpu = {s: server_cpu(s) - cpu_before[s] for s in SERVERS} | {
+            "indexer": cpu_seconds(pid)}
+        return Burst(variant.label, rows, 0.0, search_s,
+                     {name: seconds / rows * 1e6 for name, seconds in cpu.items()},
+                     bulks_sent() - bulks_before, peak_rss_mb(pid))
+
+
 async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
                         consumer: AIOKafkaConsumer, variant: Variant,
                         table: str, topic: str, alias: str, rows: int, transactions: int,
@@ -274,7 +312,7 @@ async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
     cpu = {s: server_cpu(s) for s in SERVERS} | {"indexer": cpu_seconds(pid)}
     return Burst(variant.label, rows, max(kafka_s, 0.0), search_s,
                  {name: (cpu[name] - cpu_before[name]) / rows * 1e6 for name in cpu},
-                 bulks_sent() - bulks_before)
+                 bulks_sent() - bulks_before, peak_rss_mb(pid))
 
 
 async def main() -> None:
@@ -284,6 +322,9 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--variant", action="append", type=Variant.parse,
                         help="label[:indexer.<section>.<key>=v,connector.<key>=v,...]")
+    parser.add_argument("--backlog", action="store_true",
+                        help="commit each burst with the daemon stopped, then time its start "
+                             "until the burst is searchable (and its peak RSS)")
     args = parser.parse_args()
     variants: list[Variant] = args.variant or [Variant("default")]
     table = unique("pipeline")
@@ -316,9 +357,17 @@ async def main() -> None:
                             else:
                                 await wait_caught_up(admin, consumer, group, topic)
                             value += 1
-                            burst = await measure_burst(es, admin, consumer, variant, table, topic,
-                                                        alias, args.rows, args.transactions,
-                                                        value, pid)
+                            if not args.backlog:
+                                burst = await measure_burst(
+                                    es, admin, consumer, variant, table, topic, alias,
+                                    args.rows, args.transactions, value, pid)
+                        if args.backlog:
+                            await asyncio.to_thread(update_burst, table, args.rows,
+                                                    args.transactions, value)
+                            if not variant.binlog:  # the whole burst in Kafka first
+                                await wait_in_kafka(admin, consumer, group, topic, args.rows)
+                            burst = await measure_backlog(es, config, variant, alias,
+                                                          args.rows, value)
                         if variant.binlog:
                             await pause_connector(False)
                         print(burst.line(), flush=True)
@@ -340,10 +389,11 @@ async def main() -> None:
         cpu = statistics.median(sum(b.cpu_us.values()) for b in mine)
         indexer = statistics.median(b.cpu_us["indexer"] for b in mine)
         search = statistics.median(b.search_s for b in mine)
+        rss = max(b.rss_mb for b in mine)
         first = first or (cpu, indexer, search)
         print(f"  {variant.label:18} searchable after {search:5.1f} s ({first[2] / search:.2f}x "
               f"the rows/s), all processes {cpu:4.0f} µs CPU per row ({cpu / first[0]:.2f}), "
-              f"indexer {indexer:3.0f} µs ({indexer / first[1]:.2f})")
+              f"indexer {indexer:3.0f} µs ({indexer / first[1]:.2f}), peak RSS {rss:,.0f} MB")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ mappings_app = typer.Typer(help="Index definitions under mappings/.", no_args_is
 dlq_app = typer.Typer(help="The dead-letter topic.", no_args_is_help=True)
 tombstones_app = typer.Typer(help="Tombstones of deleted rows.", no_args_is_help=True)
 source_app = typer.Typer(help="Where binlog-versioned tables' changes come from: version "
-                         "epochs and source switches (fail-over, RESET MASTER).",
+                         "epochs and source switches (fail-over, RESET MASTER), and the binlog "
+                         "source's position.",
                          no_args_is_help=True)
 
 
@@ -402,6 +403,20 @@ def source_status(tables: TablesArg = None, all_tables: AllTables = False,
             err.print(f"  [red]not acknowledged:[/red] {switch['at']} "
                       f"{escape(switch['where'])}: {escape(switch['reason'])} "
                       f"(epoch {switch['epoch']})")
+
+
+@source_app.command("reset")
+def source_reset(config: ConfigOption = None, log_level: LogLevel = None) -> None:
+    """Forget the binlog source's saved position (purged, or another server's): the next
+    `indexer run` loads every table from a snapshot, then reads on from the binlog's end."""
+    from indexer.jobs.sources import reset_position
+
+    cfg = _config(config, log_level)
+    saved = _run(cfg, reset_position(cfg))
+    where = f"{saved['file']}:{saved['pos']}" if saved else "none was saved"
+    err.print(f"binlog source {cfg.source.name}: position forgotten ({where}); the next "
+              "`indexer run` loads every table from a snapshot, then reads on from the "
+              "binlog's end")
 
 
 @source_app.command("ack")

@@ -68,8 +68,9 @@ class SourceError(Permanent, ValueError):
 
 
 class BinlogPurged(Permanent):
-    """The binlog no longer holds the position to resume from: changes in between are lost
-    to the stream, and only a reindex brings the index back to the table."""
+    """The binlog no longer holds the position to resume from (purged, or the server is
+    another one, whose coordinates mean nothing for it): changes in between are lost to the
+    stream, and only loading every table again brings the index back to the tables."""
 
 
 class IntoReplica(Permanent):

@@ -26,7 +26,12 @@ from indexer.search.client import SearchClient, SearchError, TransportError, quo
 from indexer.search.state import StateStore
 from indexer.security import redact_url
 from indexer.settings import Config, TableConfig
-from indexer.source.binlog.replication import binlog_files, bytes_behind
+from indexer.source.binlog.replication import (
+    RELOAD_HINT,
+    binlog_files,
+    bytes_behind,
+    server_id_of,
+)
 from indexer.source.canary_table import read_beat
 from indexer.source.kafka.clients import FAILURES as kafka_failures
 from indexer.source.kafka.clients import TOPIC_HINT, missing_topics, probe
@@ -112,13 +117,18 @@ async def binlog_problems(config: Config, store: StateStore) -> list[str]:
                 "(it loads every table, then reads the binlog)"]
     try:
         files = await asyncio.to_thread(binlog_files, config.mysql)
+        server_id = await asyncio.to_thread(server_id_of, config.mysql)
     except mysql_retry.FAILURES as exc:
         return [f"{where}: cannot list MySQL's binlog files ({exc})"]
     file, pos = str(saved["file"]), int(saved["pos"])
+    if saved.get("server_id") is not None and int(saved["server_id"]) != server_id:
+        return [f"{where}: its position {file}:{pos} belongs to server_id {saved['server_id']}, "
+                f"and the server is now server_id {server_id} (a fail-over?): `indexer run` "
+                f"cannot resume; {RELOAD_HINT}"]
     behind = bytes_behind(files, file, pos)
     if behind is None:
         return [f"{where}: the binlog no longer has its position {file}:{pos} (purged): "
-                "`indexer run` cannot resume; run `indexer reindex` for every table"]
+                f"`indexer run` cannot resume; {RELOAD_HINT}"]
     saved_at = datetime.fromisoformat(str(saved.get("saved_at", "1970-01-01T00:00:00+00:00")))
     still_s = (datetime.now(UTC) - saved_at).total_seconds()
     if behind and still_s > STALLED_S:

@@ -87,6 +87,14 @@ class StateStore:
         await self._client.request("PUT", f"/{STATE_INDEX}/_doc/{quote(BINLOG_PREFIX + name)}",
                                    record)
 
+    async def forget_binlog_position(self, name: str) -> dict[str, Any] | None:
+        """Deletes it (the next start is a first one); what it was, None when there was none."""
+        saved = await self.binlog_position(name)
+        if saved is not None:
+            await self._client.request(
+                "DELETE", f"/{STATE_INDEX}/_doc/{quote(BINLOG_PREFIX + name)}", ok=(404,))
+        return saved
+
     async def snapshot_version(self, alias: str, file: str, pos: int, snapshot_ms: int,
                                where: str) -> int:
         """The version of every row a snapshot at these binlog coordinates reads (the reindex,

@@ -21,6 +21,7 @@ from indexer.jobs.dlq import replay
 from indexer.jobs.explain import explain
 from indexer.jobs.health import check_health
 from indexer.jobs.reconcile import reconcile
+from indexer.jobs.sources import reset_position
 from indexer.jobs.status import gather
 from indexer.search.client import SearchClient
 from indexer.search.dead_letters import DEAD_LETTER_INDEX
@@ -121,8 +122,9 @@ async def test_writes_during_the_first_load_are_neither_lost_nor_doubled(
 
 
 async def test_a_position_the_binlog_no_longer_has_stops_the_start_with_one_line(
-        es: SearchClient, make_table: Any, make_config: Any) -> None:
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
     table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 50)
     config = binlog_config(make_config, table, unique("it-binlog"))
     await StateStore(es).save_binlog_position(config.source.name,
                                               {"file": "mysql-bin.000000", "pos": 4})
@@ -130,10 +132,39 @@ async def test_a_position_the_binlog_no_longer_has_stops_the_start_with_one_line
         async with running(config):
             pass
     message = str(stopped.value)
-    assert "mysql-bin.000000:4" in message and "indexer reindex" in message
+    assert "mysql-bin.000000:4" in message and "indexer source reset" in message
     assert "\n" not in message
     problems = await check_health(config)
     assert any("no longer has its position mysql-bin.000000:4" in p for p in problems)
+    # The way out it names: the position forgotten, the next start loads the table again.
+    assert (await reset_position(config) or {})["file"] == "mysql-bin.000000"
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        with pytest.raises(ConfigError, match="a daemon reads the binlog now"):
+            await reset_position(config)  # not while a daemon reads
+        insert_rows(db, table.name, 51, 60)
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+
+
+async def test_another_server_behind_the_address_stops_the_start_with_one_line(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    """A fail-over, or a replica behind a moved address: the saved coordinates are another
+    server's, and reading its binlog there would read another history."""
+    table = make_table(COLUMNS)
+    config = binlog_config(make_config, table, unique("it-binlog"))
+    async with running(config):
+        pass
+    state = StateStore(es)
+    saved = await state.binlog_position(config.source.name)
+    assert saved is not None and saved["server_id"] is not None
+    await state.save_binlog_position(config.source.name, {**saved, "server_id": 4242})
+    with pytest.raises(BinlogPurged) as stopped:
+        async with running(config):
+            pass
+    message = str(stopped.value)
+    assert "is another server" in message and "(server_id 4242" in message
+    assert "indexer source reset" in message and "\n" not in message
+    assert any("belongs to server_id 4242" in p for p in await check_health(config))
 
 
 async def test_a_column_added_while_streaming_is_mapped_and_indexed(

@@ -41,6 +41,10 @@ SILENCE_S = 3 * HEARTBEAT_S
 # that a backlog of millions of rows waits in the server's binlog, not in memory.
 BUFFER_BYTES = 32 << 20
 
+# What recovers a position that cannot be read from: the next start loads every table again.
+RELOAD_HINT = ("`indexer source reset` forgets the position, and the next `indexer run` loads "
+               "every table from a snapshot, then reads on from the binlog's end")
+
 # (variable, what it must be, why): checked before the dump, refused with the setting to fix.
 _REQUIRED = (
     ("log_bin", "1", "the server writes no binlog: start it with log_bin"),
@@ -126,6 +130,14 @@ def binlog_files(settings: MySQLSettings) -> list[tuple[str, int]]:
         return [(str(row[0]), int(row[1])) for row in cur.fetchall()]
 
 
+def server_id_of(settings: MySQLSettings) -> int:
+    """The server's server_id: which server's binlog coordinates it speaks."""
+    with connection.connect(settings, "") as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@server_id")
+        row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 def bytes_behind(files: list[tuple[str, int]], file: str, pos: int) -> int | None:
     """Bytes of binlog after (file, pos); None when the server no longer has that file."""
     names = [name for name, _ in files]
@@ -147,10 +159,11 @@ class BinlogStream:
     events before it (resume from the last whole transaction on a new stream)."""
 
     def __init__(self, settings: MySQLSettings, replica_id: int, start: tuple[str, int],
-                 buffer_bytes: int = BUFFER_BYTES) -> None:
+                 buffer_bytes: int = BUFFER_BYTES, server_id: int | None = None) -> None:
         self._settings = settings
         self._replica_id = replica_id
         self._start = start
+        self._server_id = server_id  # the server ``start`` belongs to (None: not known)
         self._limit = buffer_bytes
         self._where = f"mysql {settings.host}:{settings.port}"
         self._conn: pymysql.connections.Connection[Any] | None = None
@@ -167,7 +180,14 @@ class BinlogStream:
 
     async def __aenter__(self) -> BinlogStream:
         self._loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self._open)
+        try:
+            await asyncio.to_thread(self._open)
+        except BaseException:
+            conn: Any = self._conn
+            self._conn = None
+            if conn is not None:  # refused after it connected: nothing else closes it
+                conn._force_close()
+            raise
         self._thread = threading.Thread(target=self._pump, name="binlog-reader", daemon=True)
         self._thread.start()
         return self
@@ -196,6 +216,13 @@ class BinlogStream:
         conn = connection.connect(self._settings, "")
         self._conn = conn
         self.server = check_server(conn, self._where)
+        if self._server_id is not None and self.server.server_id != self._server_id:
+            file, position = self._start
+            raise BinlogPurged(
+                f"{self._where} is another server (server_id {self.server.server_id}) than the "
+                f"one the position {file}:{position} belongs to (server_id {self._server_id}; "
+                "a fail-over, or a replica behind the same address?): its binlog coordinates "
+                f"mean nothing here; {RELOAD_HINT}")
         with conn.cursor() as cur:
             # Both names, as servers differ: events with their checksums, heartbeats.
             cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum, "
@@ -224,7 +251,7 @@ class BinlogStream:
                 return BinlogPurged(
                     f"{self._where} no longer has the binlog at {file}:{position} "
                     f"({exc.args[-1]}): changes since the saved position are gone from the "
-                    "binlog; run `indexer reindex` for every table, then `indexer run`")
+                    f"binlog; {RELOAD_HINT}")
             if code in (1045, 1227):
                 return ConfigError(f"{self._where} refused to send its binlog ({exc.args[-1]}):"
                                    f" grant the user REPLICATION SLAVE and REPLICATION CLIENT "

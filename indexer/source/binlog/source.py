@@ -68,7 +68,7 @@ class BinlogSource:
     def __init__(self, settings: MySQLSettings, replica: int, tables: Mapping[str, TableConfig],
                  start: Resume, save: SavePosition, outage: Outage,
                  max_backoff_s: float, still_reader: Callable[[], None] = lambda: None,
-                 ) -> None:
+                 server_id: int | None = None) -> None:
         self._settings = settings
         self._replica = replica
         self._streams = {t.name: Stream(name, BINLOG_PART) for name, t in tables.items()}
@@ -79,6 +79,8 @@ class BinlogSource:
         self._max_backoff_s = max_backoff_s
         self._still_reader = still_reader  # raises once another daemon reads instead
         self._start = start
+        # The server the positions belong to: another one behind the address stops the source.
+        self._server_id = server_id
         self._stream: BinlogStream | None = None
         self._reader: ChangeReader | None = None
         self._server: Server | None = None
@@ -122,12 +124,13 @@ class BinlogSource:
                             frozenset(c.name for c in layout.columns if c.data_type == "json"))
 
     async def _open(self, start: Resume) -> None:
-        stream = BinlogStream(self._settings, self._replica, start)
+        stream = BinlogStream(self._settings, self._replica, start, server_id=self._server_id)
         await stream.__aenter__()
         self._stream = stream
         server = stream.server
         assert server is not None
         self._server = server
+        self._server_id = server.server_id
         codecs = {i: ev.CHARSET_CODECS[name] for i, name in server.collations.items()
                   if name in ev.CHARSET_CODECS}
         self._reader = ChangeReader(self._columns.get, codecs, server.flavor, start[0],
