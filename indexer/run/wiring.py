@@ -32,7 +32,7 @@ from indexer.search.state import StateStore
 from indexer.settings import Config
 from indexer.source.binlog.lock import ReaderLock
 from indexer.source.binlog.replication import binlog_end_of, server_id_of
-from indexer.source.binlog.source import BinlogSource, replica_id
+from indexer.source.binlog.source import BinlogSource, position_base, replica_id
 from indexer.source.canary_table import CanaryWriter, writer_name
 from indexer.source.kafka.clients import TOPIC_HINT, missing_topics
 from indexer.source.kafka.consumer import KafkaSource
@@ -71,14 +71,14 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
             if cfg.source.kind == "binlog":  # one reader per deployment; others stand by
                 lock = await stack.enter_async_context(
                     ReaderLock(cfg.mysql, cfg.source.name, outages.mysql))
-                start, server_id = await binlog_start(cfg, state)
+                start, server_id, base = await binlog_start(cfg, state)
             read_through = None
             if lock is not None and start is not None:
                 binlog = await stack.enter_async_context(BinlogSource(
                     cfg.mysql, replica_id(cfg.source.name, cfg.source.replica_id),
                     {name: t.config for name, t in tables.items()}, start,
                     lambda record: state.save_binlog_position(cfg.source.name, record),
-                    outages.mysql, cfg.batch.max_backoff_s, lock.check, server_id))
+                    outages.mysql, cfg.batch.max_backoff_s, lock.check, server_id, base))
                 source: Source = binlog
                 read_through = binlog.read_through
                 dead_letters: DeadLetters = SearchDeadLetters(sink.client, cfg.source.name,
@@ -125,19 +125,24 @@ async def _kafka(cfg: Config, tables: Mapping[str, TableParts], on_revoked: Revo
                                      cfg.batch.max_backoff_s), owns)
 
 
-async def binlog_start(cfg: Config, state: StateStore) -> tuple[tuple[str, int], int | None]:
-    """Where the binlog source reads from, and the server whose coordinates those are (None:
-    not known, a position saved before they were recorded): its saved position; on the first start, the end of the binlog before
-    every table is loaded from a snapshot (the reindex), so no change between the load and
-    the stream is lost (the ones read twice are older than the load's versions and refused
-    as stale)."""
+async def binlog_start(cfg: Config, state: StateStore,
+                       ) -> tuple[tuple[str, int], int | None, int]:
+    """Where the binlog source reads from, the server whose coordinates those are (None: not
+    known, a position saved before they were recorded) and the base of its positions: as
+    saved; on the first start, the end of the binlog before every table is loaded from a
+    snapshot (the reindex), so no change between the load and the stream is lost (the ones
+    read twice are older than the load's versions and refused as stale)."""
     saved = await state.binlog_position(cfg.source.name)
     if saved is not None:
         server_id = saved.get("server_id")
-        return (str(saved["file"]), int(saved["pos"])), (
-            int(server_id) if server_id is not None else None)
+        return ((str(saved["file"]), int(saved["pos"])),
+                int(server_id) if server_id is not None else None, int(saved.get("base", 0)))
     end = await asyncio.to_thread(binlog_end_of, cfg.mysql)
     server_id = await asyncio.to_thread(server_id_of, cfg.mysql)
+    indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
+    # Streams followed before (a reset after a fail-over): positions go on above theirs.
+    base = position_base({key: cursor.position for table in indexed
+                          for key, cursor in (await state.load(table.alias)).cursors.items()})
     log.info("binlog source %s: no saved position; loading %d tables from a snapshot, then "
              "reading the binlog from %s:%d", cfg.source.name, len(cfg.tables), *end)
     for table in cfg.tables:
@@ -145,10 +150,10 @@ async def binlog_start(cfg: Config, state: StateStore) -> tuple[tuple[str, int],
         log.info("table %s: %d rows loaded into %s in %.1f s", table.name, result.written,
                  result.index, result.seconds)
     await state.save_binlog_position(cfg.source.name, {
-        "file": end[0], "pos": end[1], "server_id": server_id,
+        "file": end[0], "pos": end[1], "server_id": server_id, "base": base,
         "loaded": [t.name for t in cfg.tables],
         "saved_at": datetime.now(UTC).isoformat(timespec="seconds")})
-    return end, server_id
+    return end, server_id, base
 
 
 @contextlib.asynccontextmanager

@@ -28,6 +28,7 @@ from indexer.search.dead_letters import DEAD_LETTER_INDEX
 from indexer.search.state import StateStore
 from indexer.settings import Config
 from tests.integration import conftest
+from tests.integration import test_sources as failover
 from tests.integration.conftest import (
     COLUMNS,
     DATABASE,
@@ -48,6 +49,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.test_canary import FAST
 from tests.integration.test_joins import create_shop, drop_shop, every_change_kind
+from tests.integration.test_sources import pair  # noqa: F401 (a fixture)
 
 
 def binlog_config(make_config: Callable[..., Config], table: conftest.TestTable, name: str,
@@ -398,3 +400,44 @@ async def test_joined_documents_and_the_canary_on_the_binlog_source(
 
 async def _healthy(config: Config) -> bool:
     return await check_health(config) == []
+
+
+@pytest.mark.usefixtures("pair")
+async def test_a_fail_over_stops_the_reader_and_a_reset_reloads_from_the_new_primary(
+        es: SearchClient, make_config: Any, tmp_path: Path) -> None:
+    """The GTID pair: the daemon reads the primary; the replica is promoted (its binlog three
+    files behind, so its coordinates are lower than every version indexed) and the config
+    repointed. The start stops on another server's position; after `indexer source reset`
+    the table is loaded from the new primary and its changes stream on, above the old
+    versions (a new epoch), to the table as the new primary has it."""
+    alias = unique("failover").replace("_", "-")
+    (tmp_path / f"{alias}.json").write_bytes(b"{}")
+    name = unique("it-binlog")
+
+    def reading(port: int) -> Config:
+        config: Config = make_config({"name": f"{failover.DATABASE}.items", "alias": alias},
+                                     mysql={"port": port}, canary={"enabled": False},
+                                     source={"kind": "binlog", "name": name})
+        return config
+
+    async with running(reading(failover.PRIMARY)):
+        async with failover.writing(failover.PRIMARY, 10_000, 3):
+            pass
+        await wait_for_documents(es, alias, failover.rows(failover.PRIMARY), timeout=120)
+    await failover.promote_replica()
+    failover.stack("down", "failover-primary")
+    config = reading(failover.REPLICA)
+    with pytest.raises(BinlogPurged, match="is another server"):
+        async with running(config):
+            pass
+    await reset_position(config)
+    async with running(config):
+        await wait_for_documents(es, alias, failover.rows(failover.REPLICA), timeout=120)
+        async with failover.writing(failover.REPLICA, 20_000, 4):
+            pass
+        await wait_for_documents(es, alias, failover.rows(failover.REPLICA), timeout=120)
+    report = await reconcile(config, config.tables[0], settle_s=0)
+    assert report.clean, report.as_json()
+    # Seen as a switch, to acknowledge after checking (as on the Kafka path).
+    assert all(s["epoch"] >= 1 for s in await failover.switches(es, config))
+    assert any("source switch" in p for p in await check_health(config))

@@ -4,9 +4,14 @@ delivered with its row layout.
 
 A stream's positions are the changes' binlog coordinates packed as versions are (file
 number, position, row), doubled (an update of a primary key is two changes: a delete of the
-old key, an insert of the new), so they grow in commit order. The binlog has one place to resume
-from, not one per stream: the start of the transaction of the oldest change delivered and
-not yet committed (or, with none outstanding, the end of the last whole transaction read).
+old key, an insert of the new), so they grow in commit order; plus a base fixed at the
+deployment's first start above every position its streams were seen at before (a reload
+after a fail-over or RESET MASTER, whose coordinates start lower): positions never go back,
+so the version epochs recorded against them keep meaning what they meant.
+
+The binlog has one place to resume from, not one per stream: the start of the transaction
+of the oldest change delivered and not yet committed (or, with none outstanding, the end of
+the last whole transaction read).
 It is saved where every daemon of the deployment reads it (the search server's
 ``indexer-state``), at most every ``SAVE_EVERY_S`` and when the source closes, and only ever
 for changes the loop committed: a restart reads again at most what was in flight, and
@@ -55,6 +60,14 @@ Resume = tuple[str, int]
 SavePosition = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+def position_base(cursors: Mapping[str, int]) -> int:
+    """A first start's base: above every position a binlog stream was seen at (cursors: stream
+    key -> position, of every stream the registries follow; Kafka partitions' are not
+    binlog positions)."""
+    return max((position + 1 for key, position in cursors.items()
+                if key.endswith(f"/{BINLOG_PART}")), default=0)
+
+
 def replica_id(name: str, configured: int) -> int:
     """The server id the binlog is read as: configured, or one derived from the deployment's
     name (one id per deployment: a server drops a replica's older connection of the same id)."""
@@ -68,7 +81,7 @@ class BinlogSource:
     def __init__(self, settings: MySQLSettings, replica: int, tables: Mapping[str, TableConfig],
                  start: Resume, save: SavePosition, outage: Outage,
                  max_backoff_s: float, still_reader: Callable[[], None] = lambda: None,
-                 server_id: int | None = None) -> None:
+                 server_id: int | None = None, base: int = 0) -> None:
         self._settings = settings
         self._replica = replica
         self._streams = {t.name: Stream(name, BINLOG_PART) for name, t in tables.items()}
@@ -81,6 +94,7 @@ class BinlogSource:
         self._start = start
         # The server the positions belong to: another one behind the address stops the source.
         self._server_id = server_id
+        self._base = base  # added to every position (saved with it)
         self._stream: BinlogStream | None = None
         self._reader: ChangeReader | None = None
         self._server: Server | None = None
@@ -183,7 +197,7 @@ class BinlogSource:
         if p.file != self._file[0]:
             self._file = (p.file, binlog_file_number(p.file))
         # Twice the coordinates' version: room for both halves of a primary key's change.
-        position = pack(self._file[1], p.pos, p.row) * 2 + change.half
+        position = self._base + pack(self._file[1], p.pos, p.row) * 2 + change.half
         if position <= self._last:  # delivered before a reconnect
             return
         self._last = position
@@ -246,7 +260,8 @@ class BinlogSource:
             return
         server = self._server
         await self._save({"file": resume[0], "pos": resume[1],
-                          "server_id": server.server_id if server else None,
+                          "server_id": server.server_id if server else self._server_id,
+                          "base": self._base,
                           "saved_at": datetime.now(UTC).isoformat(timespec="seconds")})
         self._saved, self._saved_at = resume, now
 
