@@ -31,7 +31,9 @@ from tests.integration.conftest import (
     DaemonProcess,
     expected_rows,
     insert_rows,
+    running,
     sql,
+    unique,
     wait_for_documents,
     wait_for_topic,
 )
@@ -265,3 +267,18 @@ async def test_no_secret_shows_in_anything_a_run_writes(
     for name, value in secrets.items():
         assert value not in text, f"{name} appears in what indexer wrote"
     assert sql(db, f"SELECT COUNT(*) FROM `{table.name}`")[0][0] == 300
+
+
+async def test_the_binlog_source_reads_over_tls_with_the_account_that_requires_it(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    """The replication connection is the account's too (it requires TLS: a plain one is
+    refused, as tested above), so a dump that streams is an encrypted one."""
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 100)
+    config = make_config(table.entry(), source={"kind": "binlog", "name": unique("it-binlog")},
+                         canary={"enabled": False})
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        insert_rows(db, table.name, 101, 150)
+        sql(db, f"DELETE FROM `{table.name}` WHERE id <= 10")
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
