@@ -21,6 +21,10 @@ original is put back at the end. The variants take turns, ``--rounds`` times.
 paused for its bursts (Kafka and Connect idle, their CPU still counted), and "in Kafka" is not
 timed. Its first start loads the table; later rounds resume from its saved position.
 
+``--ceiling`` ends the run by posting its documents (read back with their versions) raw,
+with bench.daemon's minimal client, into a fresh index of the same mapping: each variant's
+rows/s is then also given as a share of that `_bulk` ceiling.
+
 ``--backlog`` commits each burst with the daemon stopped (Debezium, when it runs, puts it all
 in Kafka first) and times the daemon from its start until the burst is searchable: the rows/s
 of a backlog and the daemon's peak RSS while it works through one.
@@ -63,7 +67,7 @@ from bench.common import (
     server_cpu,
     unique,
 )
-from bench.daemon import committed, write_config
+from bench.daemon import BULK_DOCS, committed, raw_ceiling, write_config
 from indexer.core.sources import binlog_order
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
@@ -265,6 +269,26 @@ async def wait_in_kafka(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, 
         await asyncio.sleep(POLL_S)
 
 
+async def ceiling(es: SearchClient, alias: str) -> tuple[int, float]:
+    """The raw `_bulk` ceiling for this run's documents: every one read back with its version
+    and posted by bench.daemon's minimal client, as many bulks in flight as indexer, into a
+    fresh index of the same mapping (merges included, as the run pays for them); (documents,
+    docs/s)."""
+    bodies: list[bytes] = []
+    lines: list[bytes] = []
+    async for hit in es.scan(alias, {"query": {"match_all": {}}, "version": True}):
+        lines.append(orjson.dumps({"index": {"_id": hit["_id"], "version": hit["_version"],
+                                             "version_type": "external"}}))
+        lines.append(orjson.dumps(hit["_source"]))
+        if len(lines) == 2 * BULK_DOCS:
+            bodies.append(b"\n".join(lines) + b"\n")
+            lines = []
+    if lines:
+        bodies.append(b"\n".join(lines) + b"\n")
+    documents = sum(body.count(b"\n") for body in bodies) // 2
+    return documents, await raw_ceiling(bodies, documents)
+
+
 async def measure_backlog(es: SearchClient, config: Path, variant: Variant, alias: str,
                           rows: int, value: int) -> Burst:
     """The burst already committed while the daemon was stopped: from the daemon's start
@@ -322,6 +346,9 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--variant", action="append", type=Variant.parse,
                         help="label[:indexer.<section>.<key>=v,connector.<key>=v,...]")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="then post the run's documents raw (bench.daemon's minimal client) "
+                             "and divide each variant's rows/s by that ceiling")
     parser.add_argument("--backlog", action="store_true",
                         help="commit each burst with the daemon stopped, then time its start "
                              "until the burst is searchable (and its peak RSS)")
@@ -372,6 +399,8 @@ async def main() -> None:
                             await pause_connector(False)
                         print(burst.line(), flush=True)
                         bursts.append(burst)
+                if args.ceiling:
+                    raw = await ceiling(es, alias)
                 await es.delete_matching(f"{alias}-v*")
     finally:
         if current:
@@ -383,6 +412,8 @@ async def main() -> None:
             cur.execute(f"DROP TABLE `{table}`")
         db.close()
     print("medians:")
+    if args.ceiling:
+        print(f"  raw _bulk ceiling: {raw[0]:,} documents at {raw[1]:,.0f} docs/s")
     first = None
     for variant in variants:
         mine = [b for b in bursts if b.variant == variant.label]
@@ -391,9 +422,11 @@ async def main() -> None:
         search = statistics.median(b.search_s for b in mine)
         rss = max(b.rss_mb for b in mine)
         first = first or (cpu, indexer, search)
+        vs_raw = f", {args.rows / search / raw[1]:.2f} of the raw ceiling" if args.ceiling else ""
         print(f"  {variant.label:18} searchable after {search:5.1f} s ({first[2] / search:.2f}x "
-              f"the rows/s), all processes {cpu:4.0f} µs CPU per row ({cpu / first[0]:.2f}), "
-              f"indexer {indexer:3.0f} µs ({indexer / first[1]:.2f}), peak RSS {rss:,.0f} MB")
+              f"the rows/s{vs_raw}), all processes {cpu:4.0f} µs CPU per row "
+              f"({cpu / first[0]:.2f}), indexer {indexer:3.0f} µs ({indexer / first[1]:.2f}), "
+              f"peak RSS {rss:,.0f} MB")
 
 
 if __name__ == "__main__":

@@ -227,8 +227,9 @@ class BinlogStream:
             # Both names, as servers differ: events with their checksums, heartbeats.
             cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum, "
                         "@source_binlog_checksum = @@global.binlog_checksum, "
-                        "@master_heartbeat_period = %s, @mariadb_slave_capability = %s",
-                        (int(HEARTBEAT_S * 1e9), _MARIADB_GTID_CAPABLE))
+                        "@master_heartbeat_period = %s, @source_heartbeat_period = %s, "
+                        "@mariadb_slave_capability = %s",
+                        (int(HEARTBEAT_S * 1e9), int(HEARTBEAT_S * 1e9), _MARIADB_GTID_CAPABLE))
         file, position = self._start
         wire: Any = conn  # PyMySQL's packets, below its public API
         try:
