@@ -129,16 +129,14 @@ async def gather(config: Config, since_ms: int | None) -> Status:
             if table.joins and aliases.live:
                 status.truncated = await _truncated(client, table.alias)
             tables[table.topic] = status
-        if config.source.kind == "binlog":
-            result = await _binlog_side(config, client, state, tables, since_ms)
-    if config.source.kind != "binlog":
-        result = await _kafka_side(config, tables, since_ms)
+        direct = (await _binlog_side(config, client, state, tables, since_ms)
+                  if config.source.kind == "binlog" else None)
+    result = direct or await _kafka_side(config, tables, since_ms)
     for status in result.tables:
         result.problems.extend(table_problems(status, len(result.consumers)
-                                              if result.binlog is None else None))
+                                              if direct is None else None))
         result.problems.extend(record_problems(config.table(status.table), status.verification,
                                                config.verify))
-    result.problems.extend(await _source_problems(config, result))
     result.canary, problems = await canary_report(config)
     result.problems.extend(problems)
     return result
@@ -170,8 +168,10 @@ async def _kafka_side(config: Config, tables: dict[str, TableStatus],
                 if letter is not None and letter.topic in by_topic:
                     kinds = by_topic[letter.topic].dead_letters
                     kinds[letter.kind] = kinds.get(letter.kind, 0) + 1
+    states, problems = await connectors(config)
     return Status(group, consumers, iso_time(since_ms) if since_ms else None,
-                  list(tables.values()))
+                  list(tables.values()), [s.as_json() for s in states],
+                  problems=problems + await stall_problems(config))
 
 
 async def _binlog_side(config: Config, client: SearchClient, state: StateStore,
@@ -207,22 +207,12 @@ async def _binlog_side(config: Config, client: SearchClient, state: StateStore,
         if reader is not None:
             consumers.append({"client_id": f"binlog reader (MySQL connection {reader})",
                               "host": f"{config.mysql.host}:{config.mysql.port}"})
+    problems = await binlog_problems(config, state)
+    if (binlog["bytes_behind"] or 0) > 0 and binlog["reader_connection"] is None:
+        problems.append(f"binlog source {name}: {binlog['bytes_behind']:,} bytes of binlog wait "
+                        "and no daemon reads them (is `indexer run` running?)")
     return Status(None, consumers, iso_time(since_ms) if since_ms else None,
-                  list(tables.values()), binlog=binlog)
-
-
-async def _source_problems(config: Config, status: Status) -> list[str]:
-    if status.binlog is None:
-        states, problems = await connectors(config)
-        status.connectors = [s.as_json() for s in states]
-        return problems + await stall_problems(config)
-    async with SearchClient(config.elasticsearch) as client:
-        problems = await binlog_problems(config, StateStore(client))
-    if (status.binlog["bytes_behind"] or 0) > 0 and status.binlog["reader_connection"] is None:
-        problems.append(f"binlog source {config.source.name}: "
-                        f"{status.binlog['bytes_behind']:,} bytes of binlog wait and no daemon "
-                        "reads them (is `indexer run` running?)")
-    return problems
+                  list(tables.values()), problems=problems, binlog=binlog)
 
 
 async def _partition(reader: TopicReader, config: Config, table: TableConfig,
