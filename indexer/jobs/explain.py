@@ -182,11 +182,12 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
         if table.version.kind == "binlog":
             registry = await StateStore(client).load(table.alias)
         documents = await _documents(client, table, doc_id, registry.epochs)
-        if config.source.kind == "binlog":  # no copy of the events to list; letters here
-            events: list[Event] = []
-            scanned = 0
+        direct = config.source.kind == "binlog"
+        if direct:  # it keeps no copy of its events to list; its letters are here
             letters = await _binlog_letters(client, config, table, doc_id)
-    if config.source.kind != "binlog":
+    events: list[Event] = []
+    scanned = 0
+    if not direct:
         decoder = EnvelopeDecoder(config.connector, table.column_types)
         async with TopicReader(config.kafka) as reader:
             events, scanned = await _events(reader, config, table, decoder, builder, registry,
