@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,12 +27,7 @@ from indexer.search.client import SearchClient, SearchError, TransportError, quo
 from indexer.search.state import StateStore
 from indexer.security import redact_url
 from indexer.settings import Config, TableConfig
-from indexer.source.binlog.replication import (
-    RELOAD_HINT,
-    binlog_files,
-    bytes_behind,
-    server_id_of,
-)
+from indexer.source.binlog.replication import RELOAD_HINT, binlog_files, bytes_behind
 from indexer.source.canary_table import read_beat
 from indexer.source.kafka.clients import FAILURES as kafka_failures
 from indexer.source.kafka.clients import TOPIC_HINT, missing_topics, probe
@@ -107,30 +103,57 @@ async def check_health(config: Config) -> list[str]:
             + await stall_problems(config) + (await canary_report(config))[1])
 
 
-async def binlog_problems(config: Config, store: StateStore) -> list[str]:
-    """The binlog source: a position the binlog no longer has, or one that stopped moving
-    while the binlog grows."""
-    where = f"binlog source {config.source.name}"
+@dataclass
+class BinlogPlace:
+    """The binlog source's saved position beside the server's binlog, as read once."""
+
+    saved: dict[str, Any] | None  # None: no first start finished yet
+    server_id: int = 0
+    files: list[tuple[str, int]] = field(default_factory=list)  # (name, size), oldest first
+    error: str | None = None  # MySQL could not be asked
+
+    def behind(self) -> int | None:
+        """Bytes of binlog after the saved position (None: not known, or purged)."""
+        if self.saved is None or self.error is not None:
+            return None
+        return bytes_behind(self.files, str(self.saved["file"]), int(self.saved["pos"]))
+
+
+async def binlog_place(config: Config, store: StateStore) -> BinlogPlace:
     saved = await store.binlog_position(config.source.name)
+    try:
+        server_id, files = await asyncio.to_thread(binlog_files, config.mysql)
+    except mysql_retry.FAILURES as exc:
+        return BinlogPlace(saved, error=str(exc))
+    return BinlogPlace(saved, server_id, files)
+
+
+async def binlog_problems(config: Config, store: StateStore) -> list[str]:
+    return place_problems(config.source.name, await binlog_place(config, store),
+                          datetime.now(UTC))
+
+
+def place_problems(name: str, place: BinlogPlace, now: datetime) -> list[str]:
+    """The binlog source: no position yet, a position the binlog no longer has (or another
+    server's), or one that stopped moving while the binlog grows."""
+    where = f"binlog source {name}"
+    saved = place.saved
     if saved is None:
         return [f"{where}: no saved position: `indexer run` has not finished its first start "
                 "(it loads every table, then reads the binlog)"]
-    try:
-        files = await asyncio.to_thread(binlog_files, config.mysql)
-        server_id = await asyncio.to_thread(server_id_of, config.mysql)
-    except mysql_retry.FAILURES as exc:
-        return [f"{where}: cannot list MySQL's binlog files ({exc})"]
+    if place.error is not None:
+        return [f"{where}: cannot list MySQL's binlog files ({place.error})"]
     file, pos = str(saved["file"]), int(saved["pos"])
-    if saved.get("server_id") is not None and int(saved["server_id"]) != server_id:
+    if saved.get("server_id") is not None and int(saved["server_id"]) != place.server_id:
         return [f"{where}: its position {file}:{pos} belongs to server_id {saved['server_id']}, "
-                f"and the server is now server_id {server_id} (a fail-over?): `indexer run` "
-                f"cannot resume; {RELOAD_HINT}"]
-    behind = bytes_behind(files, file, pos)
+                f"and the server is now server_id {place.server_id} (a fail-over?): `indexer "
+                f"run` cannot resume; {RELOAD_HINT}"]
+    behind = place.behind()
     if behind is None:
         return [f"{where}: the binlog no longer has its position {file}:{pos} (purged): "
                 f"`indexer run` cannot resume; {RELOAD_HINT}"]
     saved_at = datetime.fromisoformat(str(saved.get("saved_at", "1970-01-01T00:00:00+00:00")))
-    still_s = (datetime.now(UTC) - saved_at).total_seconds()
+    still_s = (now - saved_at).total_seconds()
     if behind and still_s > STALLED_S:
         return [f"{where}: its position ({file}:{pos}) has not moved for {still_s:,.0f} s while "
                 f"the binlog is {behind:,} bytes ahead: is `indexer run` running? (its log "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from indexer.core import trees
@@ -22,14 +23,19 @@ from indexer.core.events import EnvelopeDecoder
 from indexer.core.streams import Stream
 from indexer.core.verification import record_problems
 from indexer.errors import DecodeError
-from indexer.jobs.health import binlog_problems, canary_report, connectors, stall_problems
+from indexer.jobs.health import (
+    binlog_place,
+    canary_report,
+    connectors,
+    place_problems,
+    stall_problems,
+)
 from indexer.search import dead_letters
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig
 from indexer.source.binlog.lock import reader_connection
-from indexer.source.binlog.replication import binlog_files, bytes_behind
 from indexer.source.kafka.dead_letters import DeadLetter
 from indexer.source.kafka.topics import PartitionLag, Record, TopicReader, iso_time
 from indexer.source.mysql import retry as mysql_retry
@@ -186,31 +192,29 @@ async def _binlog_side(config: Config, client: SearchClient, state: StateStore,
             counted = by_topic[stream].dead_letters
             for kind, n in kinds.items():
                 counted[kind] = counted.get(kind, 0) + n
-    binlog: dict[str, Any] = {"name": name, "position": None, "saved_at": None,
-                              "end": None, "bytes_behind": None, "reader_connection": None}
-    saved = await state.binlog_position(name)
-    if saved is not None:
-        binlog["position"] = f"{saved['file']}:{saved['pos']}"
-        binlog["saved_at"] = saved.get("saved_at")
+    place = await binlog_place(config, state)
+    saved, end = place.saved, place.files[-1] if place.files else None
+    binlog: dict[str, Any] = {
+        "name": name, "position": f"{saved['file']}:{saved['pos']}" if saved else None,
+        "saved_at": saved.get("saved_at") if saved else None,
+        "end": f"{end[0]}:{end[1]}" if end else None,
+        "bytes_behind": place.behind(), "reader_connection": None}
+    if place.error is not None:
+        binlog["error"] = place.error
+    problems = place_problems(name, place, datetime.now(UTC))
     consumers = []
     try:
-        files = await asyncio.to_thread(binlog_files, config.mysql)
         reader = await asyncio.to_thread(reader_connection, config.mysql, name)
     except mysql_retry.FAILURES as exc:
         binlog["error"] = str(exc)
     else:
-        if files:
-            binlog["end"] = f"{files[-1][0]}:{files[-1][1]}"
-        if saved is not None:
-            binlog["bytes_behind"] = bytes_behind(files, str(saved["file"]), int(saved["pos"]))
         binlog["reader_connection"] = reader
         if reader is not None:
             consumers.append({"client_id": f"binlog reader (MySQL connection {reader})",
                               "host": f"{config.mysql.host}:{config.mysql.port}"})
-    problems = await binlog_problems(config, state)
-    if (binlog["bytes_behind"] or 0) > 0 and binlog["reader_connection"] is None:
-        problems.append(f"binlog source {name}: {binlog['bytes_behind']:,} bytes of binlog wait "
-                        "and no daemon reads them (is `indexer run` running?)")
+        elif binlog["bytes_behind"]:
+            problems.append(f"binlog source {name}: {binlog['bytes_behind']:,} bytes of binlog "
+                            "wait and no daemon reads them (is `indexer run` running?)")
     return Status(None, consumers, iso_time(since_ms) if since_ms else None,
                   list(tables.values()), problems=problems, binlog=binlog)
 

@@ -123,18 +123,24 @@ def binlog_end(conn: pymysql.connections.Connection[Any]) -> tuple[str, int]:
     return str(row[0]), int(row[1])
 
 
-def binlog_files(settings: MySQLSettings) -> list[tuple[str, int]]:
-    """The server's binlog files and their sizes, oldest first (SHOW BINARY LOGS)."""
+def binlog_files(settings: MySQLSettings) -> tuple[int, list[tuple[str, int]]]:
+    """The server's server_id (whose binlog coordinates these are) and its binlog files with
+    their sizes, oldest first (SHOW BINARY LOGS)."""
     with connection.connect(settings, "") as conn, conn.cursor() as cur:
+        server_id = _server_id(cur)
         cur.execute("SHOW BINARY LOGS")
-        return [(str(row[0]), int(row[1])) for row in cur.fetchall()]
+        return server_id, [(str(row[0]), int(row[1])) for row in cur.fetchall()]
 
 
 def server_id_of(settings: MySQLSettings) -> int:
     """The server's server_id: which server's binlog coordinates it speaks."""
     with connection.connect(settings, "") as conn, conn.cursor() as cur:
-        cur.execute("SELECT @@server_id")
-        row = cur.fetchone()
+        return _server_id(cur)
+
+
+def _server_id(cur: Any) -> int:
+    cur.execute("SELECT @@server_id")
+    row = cur.fetchone()
     return int(row[0]) if row else 0
 
 

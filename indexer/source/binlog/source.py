@@ -258,9 +258,7 @@ class BinlogSource:
         now = time.monotonic()
         if resume == self._saved or (not force and now - self._saved_at < SAVE_EVERY_S):
             return
-        server = self._server
-        await self._save({"file": resume[0], "pos": resume[1],
-                          "server_id": server.server_id if server else self._server_id,
+        await self._save({"file": resume[0], "pos": resume[1], "server_id": self._server_id,
                           "base": self._base,
                           "saved_at": datetime.now(UTC).isoformat(timespec="seconds")})
         self._saved, self._saved_at = resume, now
