@@ -292,12 +292,25 @@ async def test_a_fan_out_killed_mid_way_loses_nothing(
         config = make_config(shop.entry(), file=config_file, batch={"max_events": 100})
         first = spawn(config_file)
         await settled(db, es, shop, timeout=180)
+
+        async def all_committed() -> bool:
+            # The snapshot's own fan-outs (each category and brand touches thousands of
+            # documents) go on after the documents are right: the rename waits for them.
+            for topic in shop.topics():
+                committed = await committed_offsets(config.kafka.group_id, topic)
+                if sum(committed.values()) < sum((await end_offsets(topic)).values()):
+                    return False
+            return True
+
+        await wait_until(all_committed, 120, "the snapshot's fan-outs to end")
         # One category renamed touches a third of the documents: a fan-out.
         sql(db, f"UPDATE {shop.t('categories')} SET name = 'Fanned' WHERE id = 1")
         touched = sum(1 for i in range(1, products + 1) if 1 + i % 3 == 1)
 
         async def some_renamed() -> bool:
+            # Refreshed on every look: a refresh interval's wait can outlast the fan-out.
             with contextlib.suppress(Exception):
+                await es.refresh(f"{shop.alias}-sync")
                 hits = await es.count(shop.alias, {"term": {"category.name": "Fanned"}})
                 return hits >= 100
             return False
