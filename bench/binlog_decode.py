@@ -2,8 +2,9 @@
 burst of updates, the binlog range it took is read once over the replication protocol, then
 decoded in this process ``--rounds`` times (the events to row changes with their canonical
 values, :class:`indexer.core.binlog_changes.ChangeReader`) and each change's write built as
-the daemon builds it (document, ``_indexer`` block, id, version). Prints the medians and the
-decode's share.
+the daemon builds it (document, ``_indexer`` block, id, version). Decodes both ways where the
+native module is built: row images read by the Python decoder, and by the native RowPlan.
+Prints the medians, the decode's share and the native decode's against Python's.
 
     .venv/bin/python -m bench.binlog_decode --rows 100000 --rounds 3
 
@@ -19,9 +20,10 @@ import statistics
 import time
 
 from bench.common import BENCH_COLUMNS, DATABASE, MYSQL_PORT, mysql, unique
-from indexer.build import current_build
+from indexer.build import current_build, load_native
 from indexer.core import binlog_events as ev
 from indexer.core.binlog_changes import ChangeReader, RowChange, TableColumns
+from indexer.core.binlog_rows import NativePlan
 from indexer.core.documents import DocumentBuilder
 from indexer.settings import MySQLSettings, TableConfig, VersionSource
 from indexer.source.binlog.replication import BinlogStream, binlog_end
@@ -71,10 +73,10 @@ async def read_range(start: tuple[str, int], end: tuple[str, int]) -> tuple[list
 
 
 def decode(events: list[bytes], table: str, codecs: dict[int, str], checksummed: bool,
-           file: str) -> tuple[float, list[RowChange]]:
+           file: str, native: NativePlan | None) -> tuple[float, list[RowChange]]:
     columns = TableColumns(frozenset({"id", "name", "price", "qty", "updated_at"}), frozenset())
     reader = ChangeReader({f"{DATABASE}.{table}": columns}.get, codecs, "mariadb", file,
-                          checksummed=checksummed)
+                          checksummed=checksummed, native=native)
     changes: list[RowChange] = []
     started = time.process_time()
     for event in events:
@@ -107,16 +109,31 @@ async def main() -> None:
         with db.cursor() as cur:
             cur.execute(f"DROP TABLE `{table}`")
         db.close()
-    decoded, built = [], []
+    module = load_native()
+    ways: dict[str, NativePlan | None] = {"python": None}
+    if module is not None:
+        ways["native"] = module.RowPlan
+    decoded: dict[str, list[float]] = {way: [] for way in ways}
+    built: list[float] = []
     for _ in range(args.rounds):
-        seconds, changes = decode(events, table, codecs, checksummed, start[0])
-        assert len(changes) == args.rows, f"{len(changes)} changes decoded"
-        decoded.append(seconds / len(changes) * 1e6)
+        results = {}
+        for way, native in ways.items():
+            seconds, changes = decode(events, table, codecs, checksummed, start[0], native)
+            assert len(changes) == args.rows, f"{len(changes)} changes decoded"
+            decoded[way].append(seconds / len(changes) * 1e6)
+            results[way] = [c.change for c in changes]
+        assert all(found == results["python"] for found in results.values()), \
+            "the native decoder's changes differ from Python's"
         built.append(build(changes, table) / len(changes) * 1e6)
-    decode_us, build_us = statistics.median(decoded), statistics.median(built)
-    print(f"{len(events):,} events, {args.rows:,} row changes: decode {decode_us:.1f} µs CPU per "
-          f"change, build {build_us:.1f} µs; decode is {decode_us / (decode_us + build_us):.0%} "
-          f"of the two (medians of {args.rounds})")
+    build_us = statistics.median(built)
+    for way in ways:
+        decode_us = statistics.median(decoded[way])
+        print(f"{way}: {len(events):,} events, {args.rows:,} row changes: decode "
+              f"{decode_us:.1f} µs CPU per change, build {build_us:.1f} µs; decode is "
+              f"{decode_us / (decode_us + build_us):.0%} of the two (medians of {args.rounds})")
+    if "native" in ways:
+        ratio = statistics.median(decoded["native"]) / statistics.median(decoded["python"])
+        print(f"native decode / Python decode: {ratio:.2f}")
 
 
 if __name__ == "__main__":

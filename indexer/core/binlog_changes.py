@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from indexer.core import binlog_events as ev
 from indexer.core.binlog_events import BinlogError, Header, TableMap
-from indexer.core.binlog_rows import RowDecoder
+from indexer.core.binlog_rows import NativePlan, RowDecoder
 from indexer.core.envelope import Position
 from indexer.core.events import Change
 
@@ -106,9 +106,11 @@ class ChangeReader:
     file, the checksum setting, the table maps, the transaction's GTID and start."""
 
     def __init__(self, wanted: Wanted, codecs: Mapping[int, str], flavor: str,
-                 file: str = "", position: int = 4, checksummed: bool = False) -> None:
+                 file: str = "", position: int = 4, checksummed: bool = False,
+                 native: NativePlan | None = None) -> None:
         self._wanted = wanted
         self._codecs = codecs
+        self._native = native  # the native module's RowPlan, where built
         self._connector = flavor  # "mariadb" or "mysql", as Debezium's source block says
         # ``checksummed``: as the server's binlog_checksum says, until a format description
         self._place = _Place(file=file, checksummed=checksummed,
@@ -227,7 +229,7 @@ class ChangeReader:
             unknown = frozenset(c.name for c in table.columns) - columns.names
             if unknown:
                 raise UnknownColumns(table.name, unknown)
-            decoder = RowDecoder(table, columns.json, self._codecs)
+            decoder = RowDecoder(table, columns.json, self._codecs, self._native)
         layout = frozenset((c.name, _type_name(c)) for c in table.columns)
         self._maps[table.table_id] = _Mapped(body, table, columns is not None, decoder, layout)
 

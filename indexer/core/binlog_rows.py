@@ -4,6 +4,10 @@ the same values Debezium's events give and the reindex reads, for every column t
 Pure. A :class:`RowDecoder` is made once per table map (its columns' types, metadata,
 signedness, character sets, ENUM/SET members) and the few things a table map cannot say
 (which of MariaDB's LONGTEXT columns are JSON; how each character set's bytes decode).
+
+The native module's ``RowPlan`` (``native/src/binlog.rs``, where built) reads the row images
+of a table whose columns are all of kinds it has (:func:`native_columns`), this module being
+its reference: an event it cannot read exactly it declines, and it is read here.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import base64
 import struct
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Protocol
 
 import orjson
 
@@ -21,8 +26,26 @@ from indexer.core.binlog_events import BinlogError, MapColumn, Reader, RowsHeade
 from indexer.core.values import decimal_binary_size, decimal_from_binary
 
 Row = dict[str, object]
+Rows = list[tuple[Row | None, Row | None]]
 # (the reader at the value, the column) -> its canonical value
 Decode = Callable[[Reader], object]
+# A column as the native RowPlan takes it: (kind code, a, b, ENUM/SET members).
+NativeColumn = tuple[int, int, int, list[str]]
+
+
+class NativeRows(Protocol):
+    def rows(self, event: bytes, start: int, end: int, op: str, present: bytes,
+             present_after: bytes) -> Rows | None: ...
+
+
+# The native module's RowPlan(names, columns), where it is built.
+NativePlan = Callable[[list[str], list[NativeColumn]], NativeRows]
+
+# The native side's column kinds and character sets (native/src/binlog.rs).
+(N_INT, N_YEAR, N_FLOAT, N_DOUBLE, N_DECIMAL, N_DATE, N_DATETIME, N_TIMESTAMP, N_TIME, N_BOOL,
+ N_BITS, N_ENUM, N_SET, N_TEXT, N_BINARY) = range(15)
+_NATIVE_CODECS = {"utf-8": 0, "ascii": 1, "latin1-mysql": 2}
+_INT_SIZES = {ev.TINY: 1, ev.SHORT: 2, ev.INT24: 3, ev.LONG: 4, ev.LONGLONG: 8}
 
 _FLOAT = struct.Struct("<f")
 _DOUBLE = struct.Struct("<d")
@@ -39,17 +62,29 @@ class RowDecoder:
     """Decodes a table's row images: one decoder per column, made once per table map."""
 
     def __init__(self, table: TableMap, json_columns: frozenset[str],
-                 codecs: Mapping[int, str]) -> None:
+                 codecs: Mapping[int, str], native: NativePlan | None = None) -> None:
         self.table = table
         self.names = tuple(c.name for c in table.columns)
         self.key = tuple(self.names[i] for i in table.primary_key)
         self._decoders = tuple(_decoder(c, c.name in json_columns, codecs)
                                for c in table.columns)
+        columns = native_columns(table, json_columns, codecs) if native is not None else None
+        self.native = (native(list(self.names), columns)
+                       if native is not None and columns is not None else None)
 
-    def rows(self, event: bytes, header: RowsHeader) -> list[tuple[Row | None, Row | None]]:
+    def rows(self, event: bytes, header: RowsHeader) -> Rows:
         """(before, after) of each row: after alone for an insert, before for a delete."""
+        if self.native is not None:
+            found = self.native.rows(event, header.rows_at, header.rows_end, header.op,
+                                     header.present, header.present_after)
+            if found is not None:
+                return found
+        return self.decoded(event, header)
+
+    def decoded(self, event: bytes, header: RowsHeader) -> Rows:
+        """:meth:`rows`, read here (the reference)."""
         reader = Reader(event, header.rows_at, header.rows_end)
-        found: list[tuple[Row | None, Row | None]] = []
+        found: Rows = []
         while reader.left > 0:
             first = self._image(reader, header.present)
             if header.op == "u":
@@ -70,6 +105,54 @@ class RowDecoder:
             else:
                 row[self.names[i]] = self._decoders[i](reader)
         return row
+
+
+def native_columns(table: TableMap, json_columns: frozenset[str],
+                   codecs: Mapping[int, str]) -> list[NativeColumn] | None:
+    """The table's columns as the native RowPlan takes them, or None when one is of a kind
+    it does not have (JSON, spatial, a character set other than UTF-8, ASCII or latin1)."""
+    found: list[NativeColumn] = []
+    for column in table.columns:
+        native = _native_column(column, column.name in json_columns, codecs)
+        if native is None:
+            return None
+        found.append(native)
+    return found
+
+
+def _native_column(column: MapColumn, is_json: bool,
+                   codecs: Mapping[int, str]) -> NativeColumn | None:
+    t, meta = column.type, column.meta
+    if t in _INT_SIZES:
+        return N_INT, _INT_SIZES[t], int(not column.unsigned), []
+    simple = {ev.YEAR: N_YEAR, ev.FLOAT: N_FLOAT, ev.DOUBLE: N_DOUBLE, ev.DATE: N_DATE}
+    if t in simple:
+        return simple[t], 0, 0, []
+    if t == ev.NEWDECIMAL:
+        return N_DECIMAL, meta >> 8, meta & 0xFF, []
+    temporal = {ev.DATETIME2: N_DATETIME, ev.TIMESTAMP2: N_TIMESTAMP, ev.TIME2: N_TIME}
+    if t in temporal:
+        return temporal[t], meta, 0, []
+    if t == ev.BIT:
+        return (N_BOOL, 0, 0, []) if meta == 1 else (N_BITS, (meta + 7) // 8, 0, [])
+    binary = column.collation == ev.BINARY_COLLATION
+    codec = _NATIVE_CODECS.get(codecs.get(column.collation if column.collation is not None
+                                          else -1, ""))
+    if column.real_type in (ev.ENUM, ev.SET):
+        if codec is None:
+            return None
+        members = [_text(column, codecs)(m) for m in column.members]
+        return N_ENUM if column.real_type == ev.ENUM else N_SET, meta, 0, members
+    if t in (ev.VARCHAR, ev.VAR_STRING, ev.STRING):
+        prefix = 1 if meta < 256 else 2
+        if binary:
+            return N_BINARY, prefix, meta if t == ev.STRING else 0, []
+        return (N_TEXT, prefix, codec, []) if codec is not None else None
+    if t in (ev.BLOB, ev.TINY_BLOB, ev.MEDIUM_BLOB, ev.LONG_BLOB):
+        if binary:
+            return N_BINARY, meta, 0, []
+        return (N_TEXT, meta, codec, []) if codec is not None and not is_json else None
+    return None  # binary JSON, spatial, and what the Python decoder refuses itself
 
 
 def _decoder(column: MapColumn, is_json: bool, codecs: Mapping[int, str]) -> Decode:

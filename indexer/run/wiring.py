@@ -16,6 +16,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 
+from indexer.build import load_native
+from indexer.core.binlog_rows import NativePlan
 from indexer.core.streams import RevokeHook, Stream
 from indexer.jobs.ownership import claim
 from indexer.jobs.reindex import reindex
@@ -78,7 +80,8 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
                     cfg.mysql, replica_id(cfg.source.name, cfg.source.replica_id),
                     {name: t.config for name, t in tables.items()}, start,
                     lambda record: state.save_binlog_position(cfg.source.name, record),
-                    outages.mysql, cfg.batch.max_backoff_s, lock.check, server_id, base))
+                    outages.mysql, cfg.batch.max_backoff_s, lock.check, server_id, base,
+                    _native_rows(cfg)))
                 source: Source = binlog
                 read_through = binlog.read_through
                 dead_letters: DeadLetters = SearchDeadLetters(sink.client, cfg.source.name,
@@ -94,6 +97,13 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
                 await rebuilds.ensure_meta()
             await _start_checks(cfg, metrics, stack, owns, outages, read_through)
             yield Parts(source, sink, dead_letters, state, schemas, rebuilds)
+
+
+def _native_rows(cfg: Config) -> NativePlan | None:
+    """The native module's row image reader, where built and not turned off."""
+    module = load_native() if cfg.batch.native else None
+    plan: NativePlan | None = getattr(module, "RowPlan", None)
+    return plan
 
 
 async def _kafka(cfg: Config, tables: Mapping[str, TableParts], on_revoked: RevokeHook,

@@ -7,6 +7,8 @@
 //! with another schema than the table's accepted one, a float, an escape it cannot reproduce, a key that is not one
 //! integer, a version out of range, a row of another layout, anything it cannot parse. A
 //! declined message goes through the Python path, which decides what becomes of it.
+mod binlog;
+
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -432,5 +434,6 @@ fn prepare<'py>(py: Python<'py>, keys: &Bound<'py, PyList>, values: &Bound<'py, 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(prepare, m)?)?;
+    m.add_class::<binlog::RowPlan>()?;
     Ok(())
 }

@@ -32,6 +32,7 @@ from typing import Any
 
 from indexer.core import binlog_events as ev
 from indexer.core.binlog_changes import ChangeReader, RowChange, TableColumns, UnknownColumns
+from indexer.core.binlog_rows import NativePlan
 from indexer.core.sources import binlog_file_number
 from indexer.core.streams import Deliveries, Delivery, Stream
 from indexer.core.versions import pack
@@ -81,8 +82,10 @@ class BinlogSource:
     def __init__(self, settings: MySQLSettings, replica: int, tables: Mapping[str, TableConfig],
                  start: Resume, save: SavePosition, outage: Outage,
                  max_backoff_s: float, still_reader: Callable[[], None] = lambda: None,
-                 server_id: int | None = None, base: int = 0) -> None:
+                 server_id: int | None = None, base: int = 0,
+                 native: NativePlan | None = None) -> None:
         self._settings = settings
+        self._native = native  # reads row images natively where built
         self._replica = replica
         self._streams = {t.name: Stream(name, BINLOG_PART) for name, t in tables.items()}
         self._tables = {t.name: t for t in tables.values()}
@@ -148,7 +151,7 @@ class BinlogSource:
         codecs = {i: ev.CHARSET_CODECS[name] for i, name in server.collations.items()
                   if name in ev.CHARSET_CODECS}
         self._reader = ChangeReader(self._columns.get, codecs, server.flavor, start[0],
-                                    start[1], server.checksummed)
+                                    start[1], server.checksummed, self._native)
 
     # --- the source port -------------------------------------------------------------------
 

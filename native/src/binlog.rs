@@ -1,0 +1,442 @@
+//! The binlog source's row images (indexer.core.binlog_rows): a rows event's rows as the
+//! canonical values the Python decoder gives, without a Python call per value.
+//!
+//! The Python decoder is the reference. A table whose columns are all of kinds this side has
+//! gets a `RowPlan` (made by `binlog_rows.native_columns`); an event it cannot read exactly
+//! (cut short, text that is not valid in its character set, a value out of range) is
+//! declined (None) and read again by Python, which says what is wrong with it.
+use base64::Engine;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFloat, PyList, PyString, PyTuple};
+
+enum Codec {
+    Utf8,
+    Ascii,
+    Latin1, // MySQL's latin1: cp1252, its five undefined bytes kept as C1 controls
+}
+
+enum Column {
+    Int { size: usize, signed: bool },
+    Year,
+    Float,
+    Double,
+    Decimal { precision: usize, scale: usize },
+    Date,
+    Datetime { fsp: usize },
+    Timestamp { fsp: usize },
+    Time { fsp: usize },
+    Bool,
+    Bits { size: usize },
+    Enum { size: usize, members: Vec<Py<PyString>> },
+    Set { size: usize, members: Vec<Py<PyString>> },
+    Text { prefix: usize, codec: Codec },
+    Binary { prefix: usize, pad: usize },
+}
+
+// The codes binlog_rows.native_columns gives each column kind.
+const INT: u32 = 0;
+const YEAR: u32 = 1;
+const FLOAT: u32 = 2;
+const DOUBLE: u32 = 3;
+const DECIMAL: u32 = 4;
+const DATE: u32 = 5;
+const DATETIME: u32 = 6;
+const TIMESTAMP: u32 = 7;
+const TIME: u32 = 8;
+const BOOL: u32 = 9;
+const BITS: u32 = 10;
+const ENUM: u32 = 11;
+const SET: u32 = 12;
+const TEXT: u32 = 13;
+const BINARY: u32 = 14;
+
+// cp1252's 0x80-0x9F; 0 where cp1252 leaves the byte undefined (kept as that C1 control).
+const CP1252_HIGH: [u32; 32] = [
+    0x20AC, 0, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160, 0x2039,
+    0x0152, 0, 0x017D, 0, 0, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014, 0x02DC,
+    0x2122, 0x0161, 0x203A, 0x0153, 0, 0x017E, 0x0178,
+];
+
+// Bytes of a binary DECIMAL's leftover digits (fewer than the 9 a 4-byte group holds).
+const DIGIT_BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
+
+/// Why an event is declined: it goes to the Python decoder, which reads it again.
+struct Decline;
+
+type Got<T> = Result<T, Decline>;
+
+struct Reader<'a> {
+    data: &'a [u8],
+    at: usize,
+    end: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Got<&'a [u8]> {
+        let at = self.at;
+        if at + n > self.end {
+            return Err(Decline);
+        }
+        self.at = at + n;
+        Ok(&self.data[at..at + n])
+    }
+
+    fn uint(&mut self, n: usize) -> Got<u64> {
+        Ok(self.take(n)?.iter().rev().fold(0u64, |v, b| v << 8 | u64::from(*b)))
+    }
+
+    fn big(&mut self, n: usize) -> Got<u64> {
+        Ok(self.take(n)?.iter().fold(0u64, |v, b| v << 8 | u64::from(*b)))
+    }
+
+    fn big_signed(&mut self, n: usize) -> Got<i64> {
+        let value = self.big(n)? as i64;
+        let unused = 64 - 8 * n as u32;
+        Ok(value << unused >> unused)
+    }
+}
+
+fn text<'py>(py: Python<'py>, data: &[u8], codec: &Codec) -> Got<Bound<'py, PyAny>> {
+    let decoded = match codec {
+        Codec::Utf8 => return Ok(PyString::new(py, std::str::from_utf8(data).map_err(|_| Decline)?)
+                                  .into_any()),
+        Codec::Ascii if data.is_ascii() => return Ok(PyString::new(
+            py, std::str::from_utf8(data).map_err(|_| Decline)?).into_any()),
+        Codec::Ascii => return Err(Decline),
+        Codec::Latin1 => data.iter().map(|&b| match b {
+            0x80..=0x9F => char::from_u32(match CP1252_HIGH[usize::from(b - 0x80)] {
+                0 => u32::from(b),
+                mapped => mapped,
+            }).unwrap_or('\u{fffd}'),
+            _ => char::from(b),
+        }).collect::<String>(),
+    };
+    Ok(PyString::new(py, &decoded).into_any())
+}
+
+/// indexer.core.values.decimal_from_binary.
+fn decimal(r: &mut Reader, precision: usize, scale: usize) -> Got<String> {
+    let whole = precision.checked_sub(scale).ok_or(Decline)?;
+    let mut sizes = Vec::with_capacity(16);
+    if !whole.is_multiple_of(9) {
+        sizes.push(DIGIT_BYTES[whole % 9]);
+    }
+    sizes.extend(std::iter::repeat_n(4, whole / 9 + scale / 9));
+    if !scale.is_multiple_of(9) {
+        sizes.push(DIGIT_BYTES[scale % 9]);
+    }
+    let size: usize = sizes.iter().sum();
+    let mut raw = r.take(size)?.to_vec();
+    if raw.is_empty() {
+        return Err(Decline);
+    }
+    let negative = raw[0] & 0x80 == 0;
+    raw[0] ^= 0x80;
+    if negative {
+        raw.iter_mut().for_each(|b| *b = !*b);
+    }
+    let whole_groups = usize::from(!whole.is_multiple_of(9)) + whole / 9;
+    let mut digits = String::with_capacity(precision + 9);
+    let mut at = 0;
+    for (n, &size) in sizes.iter().enumerate() {
+        let group = raw[at..at + size].iter().fold(0u64, |v, b| v << 8 | u64::from(*b));
+        if n == 0 && n < whole_groups {
+            digits.push_str(&group.to_string());
+        } else if n < whole_groups || n - whole_groups < scale / 9 {
+            digits.push_str(&format!("{group:09}"));
+        } else {
+            digits.push_str(&format!("{group:0width$}", width = scale % 9));
+        }
+        at += size;
+    }
+    let significant = digits.trim_start_matches('0');
+    let zero = significant.is_empty();
+    let digits = if zero { "0" } else { significant };
+    let sign = if negative && !zero { "-" } else { "" };
+    if scale == 0 {
+        return Ok(format!("{sign}{digits}"));
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (integer, fraction) = padded.split_at(padded.len() - scale);
+    Ok(format!("{sign}{integer}.{fraction}"))
+}
+
+/// A temporal value's fraction of a second, in microseconds (signed, as DATETIME2 stores it).
+fn fraction(r: &mut Reader, fsp: usize) -> Got<i64> {
+    if fsp == 0 {
+        return Ok(0);
+    }
+    let size = fsp.div_ceil(2);
+    Ok(r.big_signed(size)? * match size { 1 => 10_000, 2 => 100, _ => 1 })
+}
+
+fn digits(micros: i64, fsp: usize) -> Got<String> {
+    if fsp == 0 {
+        return Ok(String::new());
+    }
+    if micros < 0 {
+        return Err(Decline);
+    }
+    let mut all = format!(".{micros:06}");
+    all.truncate(fsp + 1);
+    Ok(all)
+}
+
+fn date(value: u64) -> Option<String> {
+    let (day, month, year) = (value & 31, value >> 5 & 15, value >> 9);
+    if year == 0 || month == 0 || day == 0 {
+        return None; // a zero date, or one with a zero part: null, as Debezium sends it
+    }
+    Some(format!("{year:04}-{month:02}-{day:02}"))
+}
+
+fn datetime(r: &mut Reader, fsp: usize) -> Got<Option<String>> {
+    let mut packed = r.big(5)? as i64 - 0x80_0000_0000;
+    let mut micros = fraction(r, fsp)?;
+    if micros < 0 {
+        packed -= 1;
+        micros += 1_000_000;
+    }
+    let (ymd, hms) = (packed >> 17, packed & 0x1FFFF);
+    let (year_month, day) = (ymd >> 5, ymd & 31);
+    let (year, month) = (year_month.div_euclid(13), year_month.rem_euclid(13));
+    if year == 0 || month == 0 || day == 0 {
+        return Ok(None);
+    }
+    if year < 0 {
+        return Err(Decline);
+    }
+    Ok(Some(format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}{}", hms >> 12,
+                    hms >> 6 & 63, hms & 63, digits(micros, fsp)?)))
+}
+
+/// Howard Hinnant's days_from_civil, inverted: (year, month, day) of days since 1970-01-01.
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+fn timestamp(r: &mut Reader, fsp: usize) -> Got<Option<String>> {
+    let seconds = r.big(4)? as i64;
+    let micros = fraction(r, fsp)?;
+    if seconds == 0 && micros == 0 {
+        return Ok(None); // '0000-00-00 00:00:00'
+    }
+    let (year, month, day) = civil(seconds.div_euclid(86_400));
+    let of_day = seconds.rem_euclid(86_400);
+    Ok(Some(format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}{}Z", of_day / 3600,
+                    of_day / 60 % 60, of_day % 60, digits(micros, fsp)?)))
+}
+
+/// MySQL's TIME2: a signed duration, the fraction of a negative one counted back from the
+/// next whole second.
+fn time(r: &mut Reader, fsp: usize) -> Got<String> {
+    let packed = if fsp >= 5 {
+        r.big(6)? as i64 - 0x8000_0000_0000
+    } else {
+        let mut whole = r.big(3)? as i64 - 0x80_0000;
+        let mut fraction = 0i64;
+        if fsp > 0 {
+            let size = fsp.div_ceil(2);
+            fraction = r.big(size)? as i64;
+            if whole < 0 && fraction != 0 {
+                whole += 1;
+                fraction -= 1 << (8 * size);
+            }
+            fraction *= if size == 1 { 10_000 } else { 100 };
+        }
+        (whole << 24) + fraction
+    };
+    let sign = if packed < 0 { "-" } else { "" };
+    let packed = packed.abs();
+    let (hms, micros) = (packed >> 24, packed & 0xFF_FFFF);
+    Ok(format!("{sign}{:02}:{:02}:{:02}{}", hms >> 12 & 0x3FF, hms >> 6 & 63, hms & 63,
+               digits(micros, fsp)?))
+}
+
+impl Column {
+    fn read<'py>(&self, py: Python<'py>, r: &mut Reader) -> Got<Bound<'py, PyAny>> {
+        let none = || Ok(py.None().into_bound(py));
+        let object = |s: String| Ok(PyString::new(py, &s).into_any());
+        let int = |v: Result<Bound<'py, pyo3::types::PyInt>, std::convert::Infallible>| {
+            Ok(v.map_err(|_| Decline)?.into_any())
+        };
+        match self {
+            Column::Int { size, signed: false } => int(r.uint(*size)?.into_pyobject(py)),
+            Column::Int { size, signed: true } => {
+                let unused = 64 - 8 * *size as u32;
+                int(((r.uint(*size)? << unused) as i64 >> unused).into_pyobject(py))
+            }
+            Column::Year => {
+                let value = r.uint(1)?;
+                int((if value == 0 { 0 } else { value + 1900 }).into_pyobject(py))
+            }
+            Column::Float => {
+                let bytes: [u8; 4] = r.take(4)?.try_into().map_err(|_| Decline)?;
+                Ok(PyFloat::new(py, f64::from(f32::from_le_bytes(bytes))).into_any())
+            }
+            Column::Double => {
+                let bytes: [u8; 8] = r.take(8)?.try_into().map_err(|_| Decline)?;
+                Ok(PyFloat::new(py, f64::from_le_bytes(bytes)).into_any())
+            }
+            Column::Decimal { precision, scale } => object(decimal(r, *precision, *scale)?),
+            Column::Date => match date(r.uint(3)?) {
+                Some(s) => object(s),
+                None => none(),
+            },
+            Column::Datetime { fsp } => match datetime(r, *fsp)? {
+                Some(s) => object(s),
+                None => none(),
+            },
+            Column::Timestamp { fsp } => match timestamp(r, *fsp)? {
+                Some(s) => object(s),
+                None => none(),
+            },
+            Column::Time { fsp } => object(time(r, *fsp)?),
+            Column::Bool => Ok(pyo3::types::PyBool::new(py, r.uint(1)? != 0).to_owned().into_any()),
+            Column::Bits { size } => int(r.big(*size)?.into_pyobject(py)),
+            Column::Enum { size, members } => {
+                let index = r.uint(*size)? as usize;
+                if index == 0 || index > members.len() {
+                    return Ok(PyString::new(py, "").into_any());
+                }
+                Ok(members[index - 1].bind(py).clone().into_any())
+            }
+            Column::Set { size, members } => {
+                let bits = r.uint(*size)?;
+                let chosen = PyList::empty(py);
+                for (i, member) in members.iter().enumerate().take(64) {
+                    if bits >> i & 1 == 1 {
+                        chosen.append(member.bind(py)).map_err(|_| Decline)?;
+                    }
+                }
+                Ok(chosen.into_any())
+            }
+            Column::Text { prefix, codec } => {
+                let length = r.uint(*prefix)? as usize;
+                text(py, r.take(length)?, codec)
+            }
+            Column::Binary { prefix, pad } => {
+                let length = r.uint(*prefix)? as usize;
+                let data = r.take(length)?;
+                let encoded = if data.len() < *pad {
+                    let mut padded = data.to_vec();
+                    padded.resize(*pad, 0);
+                    base64::engine::general_purpose::STANDARD.encode(padded)
+                } else {
+                    base64::engine::general_purpose::STANDARD.encode(data)
+                };
+                object(encoded)
+            }
+        }
+    }
+}
+
+/// A table map's columns, made once per map: reads its rows events' row images.
+#[pyclass(frozen, module = "indexer._native")]
+pub struct RowPlan {
+    names: Vec<Py<PyString>>,
+    columns: Vec<Column>,
+}
+
+impl RowPlan {
+    fn image<'py>(&self, py: Python<'py>, r: &mut Reader, present: &[u8])
+                  -> Got<Bound<'py, PyDict>> {
+        let chosen: Vec<usize> = (0..self.columns.len())
+            .filter(|i| present.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1))
+            .collect();
+        let nulls = r.take(chosen.len().div_ceil(8))?;
+        let row = PyDict::new(py);
+        for (n, &i) in chosen.iter().enumerate() {
+            let value = if nulls[n / 8] >> (n % 8) & 1 == 1 {
+                py.None().into_bound(py)
+            } else {
+                self.columns[i].read(py, r)?
+            };
+            row.set_item(self.names[i].bind(py), value).map_err(|_| Decline)?;
+        }
+        Ok(row)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn all<'py>(&self, py: Python<'py>, event: &[u8], start: usize, end: usize, op: &str,
+                present: &[u8], present_after: &[u8]) -> Got<Bound<'py, PyList>> {
+        if end > event.len() || start > end || present.len() * 8 < self.columns.len()
+                || present_after.len() * 8 < self.columns.len() {
+            return Err(Decline);
+        }
+        let mut r = Reader { data: event, at: start, end };
+        let found = PyList::empty(py);
+        let none = || py.None().into_bound(py);
+        while r.at < r.end {
+            let first = self.image(py, &mut r, present)?.into_any();
+            let pair = match op {
+                "u" => [first, self.image(py, &mut r, present_after)?.into_any()],
+                "d" => [first, none()],
+                _ => [none(), first],
+            };
+            found.append(PyTuple::new(py, pair).map_err(|_| Decline)?).map_err(|_| Decline)?;
+        }
+        Ok(found)
+    }
+}
+
+#[pymethods]
+impl RowPlan {
+    /// RowPlan(names, columns): ``columns`` as binlog_rows.native_columns gives them, one
+    /// (code, a, b, members) per name.
+    #[new]
+    fn new(names: Vec<Py<PyString>>, columns: Vec<(u32, usize, usize, Vec<Py<PyString>>)>)
+           -> PyResult<Self> {
+        if names.len() != columns.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("one column per name"));
+        }
+        let mut planned = Vec::with_capacity(columns.len());
+        for (code, a, b, members) in columns {
+            let sized = |n: usize| if (1..=8).contains(&n) { Ok(n) } else {
+                Err(pyo3::exceptions::PyValueError::new_err(format!("a size of {n} bytes")))
+            };
+            planned.push(match code {
+                INT => Column::Int { size: sized(a)?, signed: b != 0 },
+                YEAR => Column::Year,
+                FLOAT => Column::Float,
+                DOUBLE => Column::Double,
+                DECIMAL => Column::Decimal { precision: a, scale: b },
+                DATE => Column::Date,
+                DATETIME => Column::Datetime { fsp: a.min(6) },
+                TIMESTAMP => Column::Timestamp { fsp: a.min(6) },
+                TIME => Column::Time { fsp: a.min(6) },
+                BOOL => Column::Bool,
+                BITS => Column::Bits { size: sized(a)? },
+                ENUM => Column::Enum { size: sized(a)?, members },
+                SET => Column::Set { size: sized(a)?, members },
+                TEXT => Column::Text { prefix: sized(a)?, codec: match b {
+                    0 => Codec::Utf8,
+                    1 => Codec::Ascii,
+                    2 => Codec::Latin1,
+                    _ => return Err(pyo3::exceptions::PyValueError::new_err(
+                        format!("no native codec {b}"))),
+                } },
+                BINARY => Column::Binary { prefix: sized(a)?, pad: b },
+                _ => return Err(pyo3::exceptions::PyValueError::new_err(
+                    format!("no native column kind {code}"))),
+            });
+        }
+        Ok(RowPlan { names, columns: planned })
+    }
+
+    /// rows(event, start, end, op, present, present_after) -> [(before, after), ...] as
+    /// RowDecoder.rows gives them, or None: the event is the Python decoder's.
+    #[allow(clippy::too_many_arguments)]
+    fn rows<'py>(&self, py: Python<'py>, event: &[u8], start: usize, end: usize, op: &str,
+                 present: &[u8], present_after: &[u8]) -> Option<Bound<'py, PyList>> {
+        self.all(py, event, start, end, op, present, present_after).ok()
+    }
+}
