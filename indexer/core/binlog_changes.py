@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from indexer.core import binlog_events as ev
 from indexer.core.binlog_events import BinlogError, Header, TableMap
@@ -76,6 +76,9 @@ class RowChange:
     # 1: the insert half of an update that changed the primary key (Debezium sends it as a
     # delete of the old key and an insert of the new one, both at the row's position).
     half: int = 0
+    # MariaDB's GTID position at ``resume`` ("domain-server-seq" per domain, as
+    # @gtid_binlog_pos writes it): where another server of the replication group reads from.
+    resume_gtids: str = ""
 
 
 @dataclass
@@ -88,6 +91,12 @@ class _Place:
     gtid: str | None = None
     begin: tuple[str, int] | None = None  # the transaction's first event (GTID or BEGIN)
     done: tuple[str, int] | None = None  # after the last whole transaction: a clean restart
+    # MariaDB's GTIDs: the last committed per domain, and the position at ``begin``
+    gtids: dict[int, str] = field(default_factory=dict)
+    begin_gtids: str = ""
+    # False while a stream started from a GTID position has not reached its first
+    # transaction: the events before it (a rotate, the format) are not a place to resume at.
+    anchored: bool = True
 
 
 @dataclass(slots=True)
@@ -107,14 +116,18 @@ class ChangeReader:
 
     def __init__(self, wanted: Wanted, codecs: Mapping[int, str], flavor: str,
                  file: str = "", position: int = 4, checksummed: bool = False,
-                 native: NativePlan | None = None) -> None:
+                 native: NativePlan | None = None, gtids: str = "",
+                 by_gtid: bool = False) -> None:
         self._wanted = wanted
         self._codecs = codecs
         self._native = native  # the native module's RowPlan, where built
         self._connector = flavor  # "mariadb" or "mysql", as Debezium's source block says
         # ``checksummed``: as the server's binlog_checksum says, until a format description
+        # ``gtids``: MariaDB's GTID position at the start; ``by_gtid``: the server was asked
+        # for the events after it (another server than the coordinates' own)
         self._place = _Place(file=file, checksummed=checksummed,
-                             done=(file, position) if file else None)
+                             done=(file, position) if file and not by_gtid else None,
+                             gtids=parse_gtid_position(gtids), anchored=not by_gtid)
         # Every rows event follows its table's map in the same transaction; the next
         # transaction's map of the same table id reuses the decoder while its bytes match.
         self._maps: dict[int, _Mapped] = {}
@@ -123,6 +136,11 @@ class ChangeReader:
     def resume(self) -> tuple[str, int] | None:
         """Where a restart reads from to see every change after the last whole transaction."""
         return self._place.done
+
+    @property
+    def resume_gtids(self) -> str:
+        """MariaDB's GTID position at :attr:`resume`."""
+        return gtid_position(self._place.gtids)
 
     @property
     def server_version(self) -> str:
@@ -149,7 +167,7 @@ class ChangeReader:
         elif kind == ev.ROTATE:
             file, position = ev.rotate(event, place.checksummed)
             place.file = file
-            if place.begin is None:
+            if place.begin is None and place.anchored:
                 place.done = (file, position)
         elif kind == ev.FORMAT_DESCRIPTION:
             described = ev.format_description(event)
@@ -158,8 +176,8 @@ class ChangeReader:
         elif kind in ev.COMPRESSED_ROWS_EVENTS:
             raise BinlogError("the binlog holds compressed row events (MariaDB's "
                               "log_bin_compress = ON): set log_bin_compress = OFF")
-        elif place.begin is None:  # between transactions (a file's header, a heartbeat)
-            self._passed(head)
+        elif place.begin is None and place.anchored:  # between transactions (a file's
+            self._passed(head)  # header, a heartbeat)
         return []
 
     def _passed(self, head: Header) -> None:
@@ -179,9 +197,16 @@ class ChangeReader:
         place = self._place
         place.gtid = gtid
         place.begin = (place.file, self._start(head))
+        place.begin_gtids = gtid_position(place.gtids)
+        if not place.anchored:
+            place.anchored = True
+            place.done = place.begin
 
     def _commit(self, head: Header) -> None:
-        self._place.begin = None
+        place = self._place
+        if place.gtid is not None and self._connector == "mariadb":
+            place.gtids[int(place.gtid.split("-", 1)[0])] = place.gtid
+        place.begin = None
         self._passed(head)
 
     def _query(self, event: bytes, head: Header) -> list[RowChange]:
@@ -201,7 +226,7 @@ class ChangeReader:
                     found.append(RowChange(
                         name, self._position(head, 0), frozenset(), self._resume(head), None,
                         ("unsupported-op", "a TRUNCATE cannot be applied row by row: run "
-                         "`indexer reindex`")))
+                         "`indexer reindex`"), resume_gtids=self._resume_gtids()))
         # COMMIT (a transaction of a non-transactional engine), DDL, anything standing alone
         self._commit(head)
         return found
@@ -209,6 +234,10 @@ class ChangeReader:
     def _resume(self, head: Header) -> tuple[str, int]:
         place = self._place
         return place.begin or (place.file, self._start(head))
+
+    def _resume_gtids(self) -> str:
+        place = self._place
+        return place.begin_gtids if place.begin is not None else gtid_position(place.gtids)
 
     def _position(self, head: Header, row: int) -> Position:
         return Position(self._place.file, self._start(head), row, head.timestamp * 1000,
@@ -242,23 +271,23 @@ class ChangeReader:
         table, decoder, layout = known.table, known.decoder, known.layout
         if not known.read:
             return []
-        resume = self._resume(head)
+        resume, gtids = self._resume(head), self._resume_gtids()
         if decoder is None:
             return [RowChange(table.name, self._position(head, 0), frozenset(), resume, None,
                               ("no-column-names", "the table map names no columns: the session "
                                "that wrote it began before binlog_row_metadata = FULL was set; "
-                               f"run `indexer reindex` for {table.name}"))]
+                               f"run `indexer reindex` for {table.name}"), resume_gtids=gtids)]
         try:
             rows = decoder.rows(event, header)
         except (BinlogError, ValueError, IndexError) as exc:
             return [RowChange(table.name, self._position(head, 0), layout, resume, None,
                               ("undecodable", f"a rows event of {table.name} could not be "
-                               f"read: {type(exc).__name__}: {exc}"))]
+                               f"read: {type(exc).__name__}: {exc}"), resume_gtids=gtids)]
         key_names = decoder.key
         if not key_names:
             return [RowChange(table.name, self._position(head, row), layout, resume, None,
                               ("undecodable", f"{table.name} has no primary key (a table "
-                               "without one cannot be indexed by id)"))
+                               "without one cannot be indexed by id)"), resume_gtids=gtids)
                     for row in range(len(rows))]
         op = header.op
         changes = []
@@ -271,12 +300,15 @@ class ChangeReader:
                     before[name] != key[name] for name in key_names):
                 old = {name: before[name] for name in key_names}
                 changes.append(RowChange(table.name, position, layout, resume,
-                                         Change("d", old, before, None, position)))
+                                         Change("d", old, before, None, position),
+                                         resume_gtids=gtids))
                 changes.append(RowChange(table.name, position, layout, resume,
-                                         Change("c", key, None, after, position), half=1))
+                                         Change("c", key, None, after, position), half=1,
+                                         resume_gtids=gtids))
                 continue
             changes.append(RowChange(table.name, position, layout, resume,
-                                     Change(op, key, before, after, position)))
+                                     Change(op, key, before, after, position),
+                                     resume_gtids=gtids))
         return changes
 
 
@@ -287,3 +319,22 @@ def _table_id(event: bytes) -> int:
 def _type_name(column: ev.MapColumn) -> str:
     name = _TYPE_NAMES.get(column.real_type, f"type {column.real_type}")
     return f"{name} unsigned" if column.unsigned else name
+
+
+def parse_gtid_position(text: str) -> dict[int, str]:
+    """MariaDB's GTID position ("0-1-100,1-2-7": domain-server-seq, one per domain) by
+    domain."""
+    found: dict[int, str] = {}
+    for gtid in text.replace(" ", "").split(","):
+        parts = gtid.split("-")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            if gtid:
+                raise ValueError(f"not a MariaDB GTID position: {text!r}")
+            continue
+        found[int(parts[0])] = gtid
+    return found
+
+
+def gtid_position(gtids: Mapping[int, str]) -> str:
+    """The GTID position of the last GTIDs per domain, as MariaDB writes it."""
+    return ",".join(gtids[domain] for domain in sorted(gtids))

@@ -145,6 +145,8 @@ def place_problems(name: str, place: BinlogPlace, now: datetime) -> list[str]:
         return [f"{where}: cannot list MySQL's binlog files ({place.error})"]
     file, pos = str(saved["file"]), int(saved["pos"])
     if saved.get("server_id") is not None and int(saved["server_id"]) != place.server_id:
+        if saved.get("gtid"):  # a fail-over: `indexer run` reads on from the GTID position
+            return []
         return [f"{where}: its position {file}:{pos} belongs to server_id {saved['server_id']}, "
                 f"and the server is now server_id {place.server_id} (a fail-over?): `indexer "
                 f"run` cannot resume; {RELOAD_HINT}"]

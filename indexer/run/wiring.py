@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from indexer.build import load_native
@@ -73,15 +74,15 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
             if cfg.source.kind == "binlog":  # one reader per deployment; others stand by
                 lock = await stack.enter_async_context(
                     ReaderLock(cfg.mysql, cfg.source.name, outages.mysql))
-                start, server_id, base = await binlog_start(cfg, state)
+                start = await binlog_start(cfg, state)
             read_through = None
             if lock is not None and start is not None:
                 binlog = await stack.enter_async_context(BinlogSource(
                     cfg.mysql, replica_id(cfg.source.name, cfg.source.replica_id),
-                    {name: t.config for name, t in tables.items()}, start,
+                    {name: t.config for name, t in tables.items()}, start.position,
                     lambda record: state.save_binlog_position(cfg.source.name, record),
-                    outages.mysql, cfg.batch.max_backoff_s, lock.check, server_id, base,
-                    _native_rows(cfg)))
+                    outages.mysql, cfg.batch.max_backoff_s, lock.check, start.server_id,
+                    start.base, _native_rows(cfg), start.gtids, start.above))
                 source: Source = binlog
                 read_through = binlog.read_through
                 dead_letters: DeadLetters = SearchDeadLetters(sink.client, cfg.source.name,
@@ -135,24 +136,33 @@ async def _kafka(cfg: Config, tables: Mapping[str, TableParts], on_revoked: Revo
                                      cfg.batch.max_backoff_s), owns)
 
 
-async def binlog_start(cfg: Config, state: StateStore,
-                       ) -> tuple[tuple[str, int], int | None, int]:
-    """Where the binlog source reads from, the server whose coordinates those are (None: not
-    known, a position saved before they were recorded) and the base of its positions: as
-    saved; on the first start, the end of the binlog before every table is loaded from a
+@dataclass(frozen=True)
+class BinlogStart:
+    """Where the binlog source starts reading."""
+
+    position: tuple[str, int]
+    server_id: int | None  # whose coordinates (None: a position saved before they were kept)
+    base: int  # added to the position of every change (saved with the position)
+    gtids: str  # MariaDB's GTID position there ("": none saved)
+    above: int  # above every position followed before: the base of another server's
+
+
+async def binlog_start(cfg: Config, state: StateStore) -> BinlogStart:
+    """As saved; on the first start, the end of the binlog before every table is loaded from a
     snapshot (the reindex), so no change between the load and the stream is lost (the ones
     read twice are older than the load's versions and refused as stale)."""
+    indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
+    # Streams followed before (a reset, a fail-over): another server's positions go on above.
+    above = position_base({key: cursor.position for table in indexed
+                           for key, cursor in (await state.load(table.alias)).cursors.items()})
     saved = await state.binlog_position(cfg.source.name)
     if saved is not None:
         server_id = saved.get("server_id")
-        return ((str(saved["file"]), int(saved["pos"])),
-                int(server_id) if server_id is not None else None, int(saved.get("base", 0)))
+        return BinlogStart((str(saved["file"]), int(saved["pos"])),
+                           int(server_id) if server_id is not None else None,
+                           int(saved.get("base", 0)), str(saved.get("gtid") or ""), above)
     end = await asyncio.to_thread(binlog_end_of, cfg.mysql)
     server_id = await asyncio.to_thread(server_id_of, cfg.mysql)
-    indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
-    # Streams followed before (a reset after a fail-over): positions go on above theirs.
-    base = position_base({key: cursor.position for table in indexed
-                          for key, cursor in (await state.load(table.alias)).cursors.items()})
     log.info("binlog source %s: no saved position; loading %d tables from a snapshot, then "
              "reading the binlog from %s:%d", cfg.source.name, len(cfg.tables), *end)
     for table in cfg.tables:
@@ -160,10 +170,10 @@ async def binlog_start(cfg: Config, state: StateStore,
         log.info("table %s: %d rows loaded into %s in %.1f s", table.name, result.written,
                  result.index, result.seconds)
     await state.save_binlog_position(cfg.source.name, {
-        "file": end[0], "pos": end[1], "server_id": server_id, "base": base,
+        "file": end[0], "pos": end[1], "server_id": server_id, "base": above,
         "loaded": [t.name for t in cfg.tables],
         "saved_at": datetime.now(UTC).isoformat(timespec="seconds")})
-    return end, server_id, base
+    return BinlogStart(end, server_id, above, "", above)
 
 
 @contextlib.asynccontextmanager

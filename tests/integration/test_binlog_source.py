@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -252,6 +253,77 @@ async def test_a_lost_connection_and_a_new_binlog_file_under_writes_lose_nothing
     assert killed >= 3
 
 
+class RestartWriter:
+    """Inserts and updates rows from a thread until stopped, through MariaDB's restart: a
+    statement the restart broke is tried again on a new connection (an upsert, so one that
+    committed before the break changes nothing the second time)."""
+
+    def __init__(self, table: str) -> None:
+        self.table, self.next, self.retried = table, 10_000, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        db = None
+        while not self._stop.wait(0.02):
+            try:
+                db = db or mysql_connect()
+                sql(db, f"INSERT INTO `{self.table}` VALUES (%s, 'w', 1.00, 1) "
+                    "ON DUPLICATE KEY UPDATE qty = 1", self.next)
+                sql(db, f"UPDATE `{self.table}` SET qty = qty + 1 WHERE id = %s",
+                    self.next // 2)
+                self.next += 1
+            except Exception:
+                self.retried += 1
+                with contextlib.suppress(Exception):
+                    if db is not None:
+                        db.close()
+                db = None
+                self._stop.wait(0.5)
+        if db is not None:
+            db.close()
+
+    def __enter__(self) -> RestartWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+async def test_mariadb_restarted_under_writes_loses_nothing(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
+    table = make_table(COLUMNS)
+    insert_rows(db, table.name, 1, 500)
+    config = binlog_config(make_config, table, unique("it-binlog"),
+                           batch={"max_backoff_s": 2.0})
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name))
+        with RestartWriter(table.name) as writer:
+            await asyncio.sleep(2)
+            await asyncio.to_thread(stack, "down", "mariadb")
+            await asyncio.sleep(5)
+            await asyncio.to_thread(stack, "up", "mariadb")
+            target = writer.next + 50
+            await wait_until(lambda: _written_since(writer, target), 120,
+                             "the writer writing again")
+        assert writer.retried > 0, "the restart broke no statement: nothing was tested"
+        with contextlib.suppress(Exception):  # the fixture's connection died with the server
+            db.close()
+        db.connect()
+        await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
+
+
+async def _written_since(writer: RestartWriter, target: int) -> bool:
+    return writer.next >= target
+
+
+def stack(*args: str) -> None:
+    subprocess.run([str(conftest.REPO / "dev" / "stack.sh"), *args], check=True, timeout=300,
+                   stdout=subprocess.DEVNULL)
+
+
 async def _dump_thread(db: Any) -> int:
     """The daemon's binlog dump thread on the server (Debezium reads as another user)."""
     found = await _dump_threads(db)
@@ -403,16 +475,19 @@ async def _healthy(config: Config) -> bool:
 
 
 @pytest.mark.usefixtures("pair")
-async def test_a_fail_over_stops_the_reader_and_a_reset_reloads_from_the_new_primary(
+async def test_a_fail_over_is_followed_from_the_gtid_position_without_a_reload(
         es: SearchClient, make_config: Any, tmp_path: Path) -> None:
     """The GTID pair: the daemon reads the primary; the replica is promoted (its binlog three
-    files behind, so its coordinates are lower than every version indexed) and the config
-    repointed. The start stops on another server's position; after `indexer source reset`
-    the table is loaded from the new primary and its changes stream on, above the old
-    versions (a new epoch), to the table as the new primary has it."""
+    files behind, so its coordinates are lower than every version indexed), takes writes
+    while no daemon runs, and the config is repointed. The start reads on from the GTID
+    position saved with the old server's coordinates: every change since arrives, above the
+    old versions (a new epoch), into the same index (no reload). A position saved without a
+    GTID position (MySQL, or saved before they were) stops the start with one line instead,
+    and `indexer source reset` reloads from the new primary."""
     alias = unique("failover").replace("_", "-")
     (tmp_path / f"{alias}.json").write_bytes(b"{}")
     name = unique("it-binlog")
+    store = StateStore(es)
 
     def reading(port: int) -> Config:
         config: Config = make_config({"name": f"{failover.DATABASE}.items", "alias": alias},
@@ -424,20 +499,36 @@ async def test_a_fail_over_stops_the_reader_and_a_reset_reloads_from_the_new_pri
         async with failover.writing(failover.PRIMARY, 10_000, 3):
             pass
         await wait_for_documents(es, alias, failover.rows(failover.PRIMARY), timeout=120)
+    old = await store.binlog_position(name)
+    assert old is not None and old.get("gtid", "").startswith("0-")
+    index = await live_index(es, alias)
     await failover.promote_replica()
     failover.stack("down", "failover-primary")
+    async with failover.writing(failover.REPLICA, 15_000, 2):  # before any daemon runs
+        pass
     config = reading(failover.REPLICA)
-    with pytest.raises(BinlogPurged, match="is another server"):
-        async with running(config):
-            pass
-    await reset_position(config)
     async with running(config):
-        await wait_for_documents(es, alias, failover.rows(failover.REPLICA), timeout=120)
-        async with failover.writing(failover.REPLICA, 20_000, 4):
+        async with failover.writing(failover.REPLICA, 20_000, 3):
             pass
         await wait_for_documents(es, alias, failover.rows(failover.REPLICA), timeout=120)
+    assert await live_index(es, alias) == index, "reloaded instead of followed"
+    new = await store.binlog_position(name)
+    assert new is not None and new["server_id"] != old["server_id"] and new["gtid"]
     report = await reconcile(config, config.tables[0], settle_s=0)
     assert report.clean, report.as_json()
     # Seen as a switch, to acknowledge after checking (as on the Kafka path).
     assert all(s["epoch"] >= 1 for s in await failover.switches(es, config))
     assert any("source switch" in p for p in await check_health(config))
+
+    # Without a GTID position the coordinates of another server cannot be followed.
+    await store.save_binlog_position(name, {**{k: v for k, v in new.items() if k != "gtid"},
+                                            "server_id": int(new["server_id"]) + 1000})
+    with pytest.raises(BinlogPurged, match="is another server"):
+        async with running(config):
+            pass
+    assert any("belongs to server_id" in p for p in await check_health(config))
+    await reset_position(config)
+    async with running(config):
+        await wait_for_documents(es, alias, failover.rows(failover.REPLICA), timeout=120)
+    report = await reconcile(config, config.tables[0], settle_s=0)
+    assert report.clean, report.as_json()

@@ -165,11 +165,16 @@ class BinlogStream:
     events before it (resume from the last whole transaction on a new stream)."""
 
     def __init__(self, settings: MySQLSettings, replica_id: int, start: tuple[str, int],
-                 buffer_bytes: int = BUFFER_BYTES, server_id: int | None = None) -> None:
+                 buffer_bytes: int = BUFFER_BYTES, server_id: int | None = None,
+                 gtids: str = "") -> None:
         self._settings = settings
         self._replica_id = replica_id
-        self._start = start
+        self._start = start  # ("", 4): from ``gtids`` instead
         self._server_id = server_id  # the server ``start`` belongs to (None: not known)
+        # MariaDB's GTID position at ``start``: where another server of its replication
+        # group (a promoted replica) is read from instead of coordinates it does not have
+        self.gtids = gtids
+        self.by_gtid = False  # the dump was asked from ``gtids``
         self._limit = buffer_bytes
         self._where = f"mysql {settings.host}:{settings.port}"
         self._conn: pymysql.connections.Connection[Any] | None = None
@@ -222,21 +227,39 @@ class BinlogStream:
         conn = connection.connect(self._settings, "")
         self._conn = conn
         self.server = check_server(conn, self._where)
-        if self._server_id is not None and self.server.server_id != self._server_id:
-            file, position = self._start
+        file, position = self._start
+        other = self._server_id is not None and self.server.server_id != self._server_id
+        self.by_gtid = not file or other
+        if self.by_gtid and not (self.gtids and self.server.flavor == "mariadb"):
             raise BinlogPurged(
                 f"{self._where} is another server (server_id {self.server.server_id}) than the "
                 f"one the position {file}:{position} belongs to (server_id {self._server_id}; "
                 "a fail-over, or a replica behind the same address?): its binlog coordinates "
-                f"mean nothing here; {RELOAD_HINT}")
+                "mean nothing here, and no GTID position was saved with them to follow "
+                f"instead (MariaDB's only); {RELOAD_HINT}")
         with conn.cursor() as cur:
+            if not self.by_gtid and not self.gtids and self.server.flavor == "mariadb":
+                # The GTID position at the start (a position saved without one: a first
+                # start, or one saved before they were): what a fail-over is followed from.
+                try:
+                    cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, position))
+                    row = cur.fetchone()
+                except pymysql.err.MySQLError as exc:  # none to follow: a fail-over stops
+                    log.debug("no GTID position at %s:%d (%s)", file, position, exc)
+                    row = None
+                self.gtids = str(row[0] or "") if row else ""
             # Both names, as servers differ: events with their checksums, heartbeats.
             cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum, "
                         "@source_binlog_checksum = @@global.binlog_checksum, "
                         "@master_heartbeat_period = %s, @source_heartbeat_period = %s, "
                         "@mariadb_slave_capability = %s",
                         (int(HEARTBEAT_S * 1e9), int(HEARTBEAT_S * 1e9), _MARIADB_GTID_CAPABLE))
-        file, position = self._start
+            if self.by_gtid:
+                # The transactions after these GTIDs, from whichever file holds them; strict:
+                # a position the server's binlog has not reached is refused, not skipped.
+                cur.execute("SET @slave_connect_state = %s, @slave_gtid_strict_mode = 1, "
+                            "@slave_gtid_ignore_duplicates = 0", (self.gtids,))
+                file, position = "", 4
         wire: Any = conn  # PyMySQL's packets, below its public API
         try:
             # listed in SHOW SLAVE HOSTS as "indexer"
@@ -253,6 +276,11 @@ class BinlogStream:
     def _refused(self, exc: BaseException) -> BaseException:
         if isinstance(exc, pymysql.err.MySQLError) and exc.args:
             code = exc.args[0]
+            if code == 1236 and self.by_gtid:
+                return BinlogPurged(
+                    f"{self._where} cannot send the binlog after GTID position {self.gtids} "
+                    f"({exc.args[-1]}): its binlog does not hold those transactions (purged, "
+                    f"or lost in the fail-over); {RELOAD_HINT}")
             if code == 1236:
                 file, position = self._start
                 return BinlogPurged(

@@ -83,7 +83,8 @@ class BinlogSource:
                  start: Resume, save: SavePosition, outage: Outage,
                  max_backoff_s: float, still_reader: Callable[[], None] = lambda: None,
                  server_id: int | None = None, base: int = 0,
-                 native: NativePlan | None = None) -> None:
+                 native: NativePlan | None = None, gtids: str = "",
+                 switch_base: int = 0) -> None:
         self._settings = settings
         self._native = native  # reads row images natively where built
         self._replica = replica
@@ -95,15 +96,20 @@ class BinlogSource:
         self._max_backoff_s = max_backoff_s
         self._still_reader = still_reader  # raises once another daemon reads instead
         self._start = start
-        # The server the positions belong to: another one behind the address stops the source.
+        self._start_gtids = gtids  # MariaDB's GTID position at ``start`` (saved with it)
+        # The server the positions belong to: another one behind the address is followed
+        # from the GTID position (MariaDB), else it stops the source.
         self._server_id = server_id
         self._base = base  # added to every position (saved with it)
+        # Above every position of the streams followed before: a new server's base
+        self._switch_base = switch_base
         self._stream: BinlogStream | None = None
         self._reader: ChangeReader | None = None
         self._server: Server | None = None
         self._read: deque[bytes] = deque()  # events read, not decoded yet
         self._ready: deque[Delivery] = deque()  # decoded, not handed out yet
-        self._out: deque[tuple[int, Stream, Resume]] = deque()  # not committed yet
+        # not committed yet: (position, stream, its transaction's start, GTID position there)
+        self._out: deque[tuple[int, Stream, Resume, str]] = deque()
         self._committed: dict[Stream, int] = {}
         self._last = -1  # the last position delivered: a reconnect skips up to it
         self._file = ("", 0)  # the last change's binlog file, and its number
@@ -117,8 +123,8 @@ class BinlogSource:
     async def __aenter__(self) -> BinlogSource:
         for name, table in self._tables.items():
             self._columns[name] = await self._read_columns(table)
-        await self._open(self._start)
         self._saved = self._start
+        await self._open(self._start, self._start_gtids)
         return self
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -140,18 +146,36 @@ class BinlogSource:
         return TableColumns(frozenset(c.name for c in layout.columns),
                             frozenset(c.name for c in layout.columns if c.data_type == "json"))
 
-    async def _open(self, start: Resume) -> None:
-        stream = BinlogStream(self._settings, self._replica, start, server_id=self._server_id)
+    async def _open(self, start: Resume, gtids: str) -> None:
+        stream = BinlogStream(self._settings, self._replica, start, server_id=self._server_id,
+                              gtids=gtids)
         await stream.__aenter__()
         self._stream = stream
         server = stream.server
         assert server is not None
         self._server = server
+        if self._server_id is not None and server.server_id != self._server_id:
+            self._switched(start, gtids, server.server_id)
         self._server_id = server.server_id
         codecs = {i: ev.CHARSET_CODECS[name] for i, name in server.collations.items()
                   if name in ev.CHARSET_CODECS}
-        self._reader = ChangeReader(self._columns.get, codecs, server.flavor, start[0],
-                                    start[1], server.checksummed, self._native)
+        self._reader = ChangeReader(self._columns.get, codecs, server.flavor,
+                                    "" if stream.by_gtid else start[0], start[1],
+                                    server.checksummed, self._native, stream.gtids,
+                                    stream.by_gtid)
+
+    def _switched(self, start: Resume, gtids: str, server_id: int) -> None:
+        """Another server of the replication group (a promoted replica) is read from the
+        GTID position: its coordinates are a new series, above every position before."""
+        self._base = max(self._switch_base, self._last + 1)
+        # Changes not committed yet are read again from the GTID position; their coordinates
+        # are the old server's and must not be saved as the new one's.
+        self._out.clear()
+        # Until its first transaction is read, a reconnect asks for the GTID position again.
+        self._start, self._start_gtids = ("", 4), gtids
+        log.warning("binlog source: %s:%d is server_id %d's position, and the server is now "
+                    "server_id %d (a fail-over?): reading on from GTID position %s, as a new "
+                    "series of versions", *start, self._server_id, server_id, gtids)
 
     # --- the source port -------------------------------------------------------------------
 
@@ -205,7 +229,7 @@ class BinlogSource:
             return
         self._last = position
         stream = self._streams[change.table]
-        self._out.append((position, stream, change.resume))
+        self._out.append((position, stream, change.resume, change.resume_gtids))
         self._ready.append(Delivery(stream, position, None, None, _size(change),
                                     change=change.change, layout=change.layout,
                                     error=change.error))
@@ -218,7 +242,7 @@ class BinlogSource:
             stream = self._stream
             try:
                 if stream is None:
-                    await self._open(self._resume())
+                    await self._open(*self._resume_point())
                     continue
                 events = await stream.read(max_events, timeout_s)
                 self.outage.ok()
@@ -248,22 +272,31 @@ class BinlogSource:
         return self._resume()
 
     def _resume(self) -> Resume:
+        return self._resume_point()[0]
+
+    def _resume_point(self) -> tuple[Resume, str]:
         """Where a restart reads from: the oldest outstanding change's transaction, else the
-        end of the last whole transaction read."""
+        end of the last whole transaction read; with MariaDB's GTID position there."""
         if self._out:
-            return self._out[0][2]
+            _, _, resume, gtids = self._out[0]
+            return resume, gtids
         reader = self._reader
-        found = reader.resume if reader is not None else None
-        return found or self._saved or self._start
+        if reader is not None and reader.resume is not None:
+            return reader.resume, reader.resume_gtids
+        return self._start, self._start_gtids
 
     async def _save_resume(self, *, force: bool = False) -> None:
-        resume = self._resume()
+        resume, gtids = self._resume_point()
         now = time.monotonic()
-        if resume == self._saved or (not force and now - self._saved_at < SAVE_EVERY_S):
+        if (resume == self._saved or not resume[0]  # not past a GTID start's first transaction
+                or (not force and now - self._saved_at < SAVE_EVERY_S)):
             return
-        await self._save({"file": resume[0], "pos": resume[1], "server_id": self._server_id,
-                          "base": self._base,
-                          "saved_at": datetime.now(UTC).isoformat(timespec="seconds")})
+        record: dict[str, Any] = {"file": resume[0], "pos": resume[1],
+                                  "server_id": self._server_id, "base": self._base,
+                                  "saved_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        if gtids:
+            record["gtid"] = gtids
+        await self._save(record)
         self._saved, self._saved_at = resume, now
 
 

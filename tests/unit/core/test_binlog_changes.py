@@ -6,9 +6,17 @@ from __future__ import annotations
 import struct
 
 import orjson
+import pytest
 
 from indexer.core import binlog_events as ev
-from indexer.core.binlog_changes import ChangeReader, RowChange, TableColumns, UnknownColumns
+from indexer.core.binlog_changes import (
+    ChangeReader,
+    RowChange,
+    TableColumns,
+    UnknownColumns,
+    gtid_position,
+    parse_gtid_position,
+)
 from tests.unit.core.test_binlog import RECORDED, codecs, events
 
 TABLE = "binlog_fixture.t"
@@ -73,6 +81,43 @@ def test_a_change_resumes_at_its_transactions_start_and_the_reader_after_the_las
     last = [h for h, _ in events()][-1]
     assert last.type == ev.ROTATE
     assert reader.resume is not None and reader.resume[1] == 4
+
+
+def test_each_change_carries_the_gtid_position_at_its_transactions_start() -> None:
+    gtids = {h.next_position - h.size: ev.mariadb_gtid(e, h)[0]
+             for h, e in events() if h.type == ev.MARIADB_GTID}
+    order = sorted(gtids)
+    reader, changes = read()
+    # The first change's transaction follows the table's DDL, whose query event the fixture
+    # does not hold: nothing was committed before it as far as the reader saw.
+    assert changes[0].resume_gtids == ""
+    for change in changes[1:]:
+        # the transaction before this one's, the last committed when it began
+        before = order[order.index(change.resume[1]) - 1]
+        assert change.resume_gtids == gtids[before]
+    assert reader.resume_gtids == gtids[order[-1]]
+    assert parse_gtid_position("0-1-5, 2-3-9") == {0: "0-1-5", 2: "2-3-9"}
+    assert gtid_position(parse_gtid_position("2-3-9,0-1-5")) == "0-1-5,2-3-9"
+    with pytest.raises(ValueError, match="not a MariaDB GTID position"):
+        parse_gtid_position("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
+
+
+def test_a_stream_from_a_gtid_position_resumes_from_its_first_transaction_on() -> None:
+    """Another server read from a GTID position: the events before its first transaction
+    (the format, a rotate) are no place to resume at, and the position moves on from there."""
+    reader = ChangeReader({TABLE: COLUMNS}.get, codecs(), "mariadb", "", 4, gtids="0-1-70",
+                          by_gtid=True)
+    heads = events()
+    first_gtid = next(n for n, (h, _) in enumerate(heads) if h.type == ev.MARIADB_GTID)
+    for _, event in heads[:first_gtid]:
+        reader.feed(event)
+    assert reader.resume is None and reader.resume_gtids == "0-1-70"
+    head, event = heads[first_gtid]
+    reader.feed(event)
+    assert reader.resume == ("", head.next_position - head.size)
+    for _, event in heads[first_gtid + 1:]:
+        reader.feed(event)
+    assert reader.resume is not None and reader.resume_gtids == "0-1-78"
 
 
 def test_tables_not_read_give_nothing() -> None:

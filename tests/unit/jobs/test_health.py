@@ -18,6 +18,9 @@ def test_a_moving_or_caught_up_position_is_healthy() -> None:
     assert idle.behind() == 0 and place_problems("shop", idle, NOW) == []
     # A position saved before server ids were recorded is not judged by one.
     assert place_problems("shop", BinlogPlace(saved(server_id=None), 9, FILES), NOW) == []
+    # Another server, with a GTID position saved: `run` follows it there (MariaDB).
+    followed = {**saved(file="mysql-bin.000001"), "gtid": "0-1-4711"}
+    assert place_problems("shop", BinlogPlace(followed, 2, FILES), NOW) == []
 
 
 def test_each_way_the_position_cannot_be_read_on_from_is_one_line() -> None:
