@@ -196,6 +196,7 @@ async def _binlog_side(config: Config, client: SearchClient, state: StateStore,
     saved, end = place.saved, place.files[-1] if place.files else None
     binlog: dict[str, Any] = {
         "name": name, "position": f"{saved['file']}:{saved['pos']}" if saved else None,
+        "gtid": saved.get("gtid") if saved else None,
         "saved_at": saved.get("saved_at") if saved else None,
         "end": f"{end[0]}:{end[1]}" if end else None,
         "bytes_behind": place.behind(), "reader_connection": None}
@@ -264,9 +265,10 @@ def render_text(status: Status) -> list[str]:
         reader = ("none reads it" if b["reader_connection"] is None
                   else f"read by MySQL connection {b['reader_connection']}")
         behind = "-" if b["bytes_behind"] is None else f"{b['bytes_behind']:,}"
-        lines = [f"binlog source {b['name']}: {reader}; saved position {b['position'] or '-'} "
-                 f"(at {b['saved_at'] or '-'}), binlog end {b['end'] or '-'}, {behind} bytes "
-                 "behind"]
+        gtid = f", GTID {b['gtid']}" if b.get("gtid") else ""
+        lines = [f"binlog source {b['name']}: {reader}; saved position {b['position'] or '-'}"
+                 f"{gtid} (at {b['saved_at'] or '-'}), binlog end {b['end'] or '-'}, {behind} "
+                 "bytes behind"]
     else:
         lines = [f"group {status.group}: consumers {members}"]
     for t in status.tables:

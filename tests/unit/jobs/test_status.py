@@ -73,3 +73,5 @@ def test_the_binlog_sources_text_says_where_it_reads_and_who_reads() -> None:
                                                           "bytes_behind": None}))
     assert idle[0].startswith("binlog source shop: none reads it; saved position - (")
     assert idle[0].endswith(", - bytes behind")
+    with_gtid = render_text(Status(None, [], None, [], binlog={**binlog, "gtid": "0-1-4711"}))
+    assert "saved position mysql-bin.000003:4711, GTID 0-1-4711 (at " in with_gtid[0]
