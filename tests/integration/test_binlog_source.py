@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,7 @@ from indexer.search.dead_letters import DEAD_LETTER_INDEX
 from indexer.search.state import StateStore
 from indexer.settings import Config
 from tests.integration import conftest
+from tests.integration import test_outage_logs as outage_logs
 from tests.integration import test_sources as failover
 from tests.integration.conftest import (
     COLUMNS,
@@ -253,15 +253,12 @@ async def test_a_lost_connection_and_a_new_binlog_file_under_writes_lose_nothing
     assert killed >= 3
 
 
-class RestartWriter:
+class RestartWriter(outage_logs.Writer):
     """Inserts and updates rows from a thread until stopped, through MariaDB's restart: a
     statement the restart broke is tried again on a new connection (an upsert, so one that
     committed before the break changes nothing the second time)."""
 
-    def __init__(self, table: str) -> None:
-        self.table, self.next, self.retried = table, 10_000, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    retried = 0
 
     def _run(self) -> None:
         db = None
@@ -283,14 +280,6 @@ class RestartWriter:
         if db is not None:
             db.close()
 
-    def __enter__(self) -> RestartWriter:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
 
 async def test_mariadb_restarted_under_writes_loses_nothing(
         db: Any, es: SearchClient, make_table: Any, make_config: Any) -> None:
@@ -300,11 +289,11 @@ async def test_mariadb_restarted_under_writes_loses_nothing(
                            batch={"max_backoff_s": 2.0})
     async with running(config):
         await wait_for_documents(es, table.alias, expected_rows(db, table.name))
-        with RestartWriter(table.name) as writer:
+        with RestartWriter(table.name, 10_000) as writer:
             await asyncio.sleep(2)
-            await asyncio.to_thread(stack, "down", "mariadb")
+            await asyncio.to_thread(failover.stack, "down", "mariadb")
             await asyncio.sleep(5)
-            await asyncio.to_thread(stack, "up", "mariadb")
+            await asyncio.to_thread(failover.stack, "up", "mariadb")
             target = writer.next + 50
             await wait_until(lambda: _written_since(writer, target), 120,
                              "the writer writing again")
@@ -317,11 +306,6 @@ async def test_mariadb_restarted_under_writes_loses_nothing(
 
 async def _written_since(writer: RestartWriter, target: int) -> bool:
     return writer.next >= target
-
-
-def stack(*args: str) -> None:
-    subprocess.run([str(conftest.REPO / "dev" / "stack.sh"), *args], check=True, timeout=300,
-                   stdout=subprocess.DEVNULL)
 
 
 async def _dump_thread(db: Any) -> int:

@@ -10,7 +10,7 @@ import re
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from indexer.search.client import SearchClient
 from tests.integration.conftest import (
@@ -53,7 +53,7 @@ class Writer:
         finally:
             db.close()
 
-    def __enter__(self) -> Writer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -10,21 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.build import load_native
 from indexer.core import binlog_events as ev
 from indexer.core.binlog_rows import RowDecoder, _decoder, native_columns
 from tests.unit.core.test_binlog import RECORDED, codecs, events
 
 JSON_COLUMNS = frozenset(RECORDED["json_columns"])
 UTF8MB4, LATIN1, ASCII = 45, 8, 11  # collation ids, as the fixture's server has them
-
-
-@pytest.fixture(scope="module")
-def module() -> ModuleType:
-    found = load_native()
-    if found is None:
-        pytest.skip("no native module in this build (dev/test.sh requires it)")
-    return found
 
 
 def bitmap(bits: list[bool]) -> bytes:

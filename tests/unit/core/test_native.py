@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from indexer.build import load_native
 from indexer.core import native
 from indexer.core.documents import DocumentBuilder, pack_binlog_version
 from indexer.core.events import EnvelopeDecoder, LayoutChanged
@@ -27,14 +26,6 @@ Pair = tuple[bytes | None, bytes | None]
 # The hinted columns the random rows carry beside plain ones: the native side's two steps.
 HINTS = {"price": "decimal(10,2)", "at": "datetime(3)", "big": "decimal(30,0)",
          "whole": "datetime(0)", "micro": "datetime(6)"}
-
-
-@pytest.fixture(scope="module")
-def module() -> ModuleType:
-    found = load_native()
-    if found is None:
-        pytest.skip("no native module in this build (dev/test.sh requires it)")
-    return found
 
 
 def builder(**table: Any) -> DocumentBuilder:
