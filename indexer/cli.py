@@ -365,12 +365,20 @@ def dlq_replay(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list, do not send")] = False,
     log_level: LogLevel = None,
 ) -> None:
-    """Re-deliver dead letters to their source topics (after fixing what failed)."""
+    """Re-deliver dead letters to their source topics (after fixing what failed); on the
+    binlog source, write their changes again at their own versions."""
+    from indexer.jobs.binlog_letters import LetterReplay
     from indexer.jobs.dlq import replay
 
     cfg = _config(config, log_level)
     selected = [_table(cfg, t) for t in table or []]
     report = _run(cfg, replay(cfg, selected, kind or [], since, dry_run=dry_run))
+    if isinstance(report, LetterReplay):  # the binlog source's, from the search server
+        err.print(f"read {report.read}, written {report.replayed}, stale {report.stale} "
+                  f"(older than the document), refused again {report.refused}, not "
+                  f"replayable {report.skipped} (no change held, or joined documents: "
+                  "`indexer reconcile --repair`)")
+        return
     err.print(f"read {report.read}, matched {report.matched}, replayed {report.replayed}, "
               f"unreadable {report.unreadable}")
 

@@ -36,7 +36,7 @@ def letter_for(source: str, delivery: Delivery, kind: str, reason: str, attempts
     if change is not None:
         p = change.position
         letter["binlog"] = {"file": p.file, "pos": p.pos, "row": p.row, "gtid": p.gtid,
-                            "ts_ms": p.ts_ms}
+                            "ts_ms": p.ts_ms, "connector": p.connector}
         # Canonical values are JSON already, but for what a bug may leave: text, not a loss.
         letter["change"] = orjson.loads(orjson.dumps(
             {"op": change.op, "key": change.key, "before": change.before,
