@@ -23,6 +23,8 @@ from indexer.core.events import Change
 
 # A table's row as the table map shows it: (column, its type), as events.Layout.
 Layout = frozenset[tuple[str, str]]
+# A change's weight in a batch beside its row images' bytes (its objects, its position).
+ROW_OVERHEAD = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,7 @@ class RowChange:
     # MariaDB's GTID position at ``resume`` ("domain-server-seq" per domain, as
     # @gtid_binlog_pos writes it): where another server of the replication group reads from.
     resume_gtids: str = ""
+    size: int = ROW_OVERHEAD  # its weight in a batch: its share of its rows event's bytes
 
 
 @dataclass
@@ -291,6 +294,7 @@ class ChangeReader:
                     for row in range(len(rows))]
         op = header.op
         changes = []
+        size = ROW_OVERHEAD + (header.rows_end - header.rows_at) // max(1, len(rows))
         for row, (before, after) in enumerate(rows):
             image = after if after is not None else before
             assert image is not None
@@ -301,14 +305,14 @@ class ChangeReader:
                 old = {name: before[name] for name in key_names}
                 changes.append(RowChange(table.name, position, layout, resume,
                                          Change("d", old, before, None, position),
-                                         resume_gtids=gtids))
+                                         resume_gtids=gtids, size=size))
                 changes.append(RowChange(table.name, position, layout, resume,
                                          Change("c", key, None, after, position), half=1,
-                                         resume_gtids=gtids))
+                                         resume_gtids=gtids, size=size))
                 continue
             changes.append(RowChange(table.name, position, layout, resume,
                                      Change(op, key, before, after, position),
-                                     resume_gtids=gtids))
+                                     resume_gtids=gtids, size=size))
         return changes
 
 

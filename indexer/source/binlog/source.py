@@ -230,7 +230,7 @@ class BinlogSource:
         self._last = position
         stream = self._streams[change.table]
         self._out.append((position, stream, change.resume, change.resume_gtids))
-        self._ready.append(Delivery(stream, position, None, None, _size(change),
+        self._ready.append(Delivery(stream, position, None, None, change.size,
                                     change=change.change, layout=change.layout,
                                     error=change.error))
 
@@ -299,12 +299,3 @@ class BinlogSource:
         await self._save(record)
         self._saved, self._saved_at = resume, now
 
-
-def _size(row: RowChange) -> int:
-    """A change's weight in a batch's bytes: its images' values, roughly."""
-    change = row.change
-    if change is None:
-        return 64
-    return 64 + sum(len(v) if isinstance(v, str | bytes) else 8
-                    for image in (change.before, change.after) if image
-                    for v in image.values())
