@@ -266,11 +266,16 @@ async def wait_in_kafka(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, 
 
 async def wait_topic_end(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, topic: str,
                          wanted: int) -> None:
-    """Until the topic's end is at least ``wanted``."""
+    """Until the topic's end is at least ``wanted``. A task the connector stopped is started
+    again: a paused task's binlog connection is dropped by MariaDB (net_write_timeout) when a
+    burst it does not read lasts over a minute, and Debezium stops on that, not reconnects."""
     deadline = time.monotonic() + CATCH_UP_S
     while await topic_end(admin, consumer, topic) < wanted:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{topic} did not reach offset {wanted:,} in {CATCH_UP_S} s")
+        status = rest("GET", f"/connectors/{CONNECTOR}/status")
+        if any(t["state"] == "FAILED" for t in status["tasks"]):
+            rest("POST", f"/connectors/{CONNECTOR}/restart?includeTasks=true&onlyFailed=true")
         await asyncio.sleep(POLL_S)
 
 
