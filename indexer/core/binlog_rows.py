@@ -46,6 +46,8 @@ NativePlan = Callable[[list[str], list[NativeColumn]], NativeRows]
  N_BITS, N_ENUM, N_SET, N_TEXT, N_BINARY) = range(15)
 _NATIVE_CODECS = {"utf-8": 0, "ascii": 1, "latin1-mysql": 2}
 _INT_SIZES = {ev.TINY: 1, ev.SHORT: 2, ev.INT24: 3, ev.LONG: 4, ev.LONGLONG: 8}
+_NATIVE_SIMPLE = {ev.YEAR: N_YEAR, ev.FLOAT: N_FLOAT, ev.DOUBLE: N_DOUBLE, ev.DATE: N_DATE}
+_NATIVE_TEMPORAL = {ev.DATETIME2: N_DATETIME, ev.TIMESTAMP2: N_TIMESTAMP, ev.TIME2: N_TIME}
 
 _FLOAT = struct.Struct("<f")
 _DOUBLE = struct.Struct("<d")
@@ -125,14 +127,12 @@ def _native_column(column: MapColumn, is_json: bool,
     t, meta = column.type, column.meta
     if t in _INT_SIZES:
         return N_INT, _INT_SIZES[t], int(not column.unsigned), []
-    simple = {ev.YEAR: N_YEAR, ev.FLOAT: N_FLOAT, ev.DOUBLE: N_DOUBLE, ev.DATE: N_DATE}
-    if t in simple:
-        return simple[t], 0, 0, []
+    if t in _NATIVE_SIMPLE:
+        return _NATIVE_SIMPLE[t], 0, 0, []
     if t == ev.NEWDECIMAL:
         return N_DECIMAL, meta >> 8, meta & 0xFF, []
-    temporal = {ev.DATETIME2: N_DATETIME, ev.TIMESTAMP2: N_TIMESTAMP, ev.TIME2: N_TIME}
-    if t in temporal:
-        return temporal[t], meta, 0, []
+    if t in _NATIVE_TEMPORAL:
+        return _NATIVE_TEMPORAL[t], meta, 0, []
     if t == ev.BIT:
         return (N_BOOL, 0, 0, []) if meta == 1 else (N_BITS, (meta + 7) // 8, 0, [])
     binary = column.collation == ev.BINARY_COLLATION
@@ -158,8 +158,8 @@ def _native_column(column: MapColumn, is_json: bool,
 def _decoder(column: MapColumn, is_json: bool, codecs: Mapping[int, str]) -> Decode:
     t, meta = column.type, column.meta
     signed = not column.unsigned
-    if t in (ev.TINY, ev.SHORT, ev.INT24, ev.LONG, ev.LONGLONG):
-        size = {ev.TINY: 1, ev.SHORT: 2, ev.INT24: 3, ev.LONG: 4, ev.LONGLONG: 8}[t]
+    if t in _INT_SIZES:
+        size = _INT_SIZES[t]
         return lambda r: int.from_bytes(r.take(size), "little", signed=signed)
     if t == ev.YEAR:
         return lambda r: _year(r.uint(1))

@@ -67,12 +67,12 @@ async def replay_letters(config: Config, tables: Sequence[TableConfig], kinds: S
         store = StateStore(client)
         registries = {t.alias: await store.load(t.alias) for t in plain.values()}
         after: list[Any] | None = None
+        await client.refresh(DEAD_LETTER_INDEX)  # the letters written just before
         while True:
             body: dict[str, Any] = {"size": PAGE, "query": query,
                                     "sort": [{"position": "asc"}, {"stream": "asc"}]}
             if after is not None:
                 body["search_after"] = after
-            await client.refresh(DEAD_LETTER_INDEX)
             hits = (await client.search(DEAD_LETTER_INDEX, body))["hits"]["hits"]
             if not hits:
                 return report
