@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from indexer.condition_config import parse_rule
 from indexer.errors import ConfigError
 from indexer.join_config import parse_joins
 from indexer.security import Secret, redact_url
@@ -279,7 +280,8 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
     allowed = {"name", "topic", "alias", "mapping", "version", "include", "exclude", "rename",
-               "column_types", "new_columns", "changed_column", "lookups", "children"}
+               "column_types", "new_columns", "changed_column", "lookups", "children", "where",
+               "deleted_when"}
     for key in raw:
         if key not in allowed:
             known = ", ".join(sorted(allowed))
@@ -337,6 +339,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         new_columns=new_columns,
         changed_column=changed_column,
         joins=joins,
+        rows=parse_rule(raw, where),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
@@ -324,6 +325,64 @@ class JoinSettings:
         return f"{self.database}.{self.table}"
 
 
+# --- row conditions: which rows a table's documents are made of ----------------------------
+
+Literal_ = int | Decimal | str  # a condition's constant: a number (exact) or a text
+Comparison = Literal["=", "!=", "<", "<=", ">", ">="]
+
+
+@dataclass(frozen=True)
+class Compare:
+    column: str
+    op: Comparison
+    value: Literal_
+
+
+@dataclass(frozen=True)
+class Among:
+    """``column [NOT] IN (values)``."""
+
+    column: str
+    values: tuple[Literal_, ...]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class IsNull:
+    column: str
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class AllOf:
+    parts: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    parts: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class Negation:
+    part: Condition
+
+
+Condition = Compare | Among | IsNull | AllOf | AnyOf | Negation
+
+
+@dataclass(frozen=True)
+class RowRule:
+    """A table's ``where`` (only rows it holds are indexed) and ``deleted_when`` (rows it
+    holds are soft-deleted: removed from the index until restored), with SQL's three-valued
+    logic: a NULL ``where`` leaves the row out, a NULL ``deleted_when`` keeps it."""
+
+    where: Condition | None = None
+    deleted_when: Condition | None = None
+    where_text: str = ""  # as configured, for messages
+    deleted_when_text: str = ""
+
+
 @dataclass(frozen=True)
 class TableConfig:
     database: str
@@ -349,6 +408,8 @@ class TableConfig:
     # Tables joined into each document (lookups and children, nested): a document is then
     # the row with them, rebuilt from MySQL whenever any row of its tree changes.
     joins: tuple[JoinSettings, ...] = ()
+    # Which rows are indexed (None: all of them).
+    rows: RowRule | None = None
 
     @functools.cached_property
     def name(self) -> str:

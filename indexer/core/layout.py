@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from indexer.settings import RowRule
+
 Flavor = Literal["mariadb", "mysql"]
 
 
@@ -45,6 +47,9 @@ class TableLayout:
     columns: tuple[Column, ...]
     flavor: Flavor = "mariadb"  # the server's: its SQL dialect for checksums
     normalizes_json: bool = True  # it has JSON_NORMALIZE (MariaDB 10.7+)
+    # The rows the table's documents are made of (the table's where and deleted_when), for
+    # the SQL reading them; None: every row.
+    rows: RowRule | None = None
 
     @property
     def key(self) -> tuple[Column, ...]:

@@ -43,6 +43,8 @@ def test_file_plus_environment(tmp_path: Path) -> None:
     ({"tables": [TABLE | {"colour": 1}]}, r"tables\[0\].colour: unknown"),
     ({"tables": [TABLE | {"include": ["a"], "exclude": ["b"]}]}, "not both"),
     ({"tables": [TABLE | {"new_columns": "ignore"}]}, r"new_columns: expected \"map\""),
+    ({"tables": [TABLE | {"where": "a > NOW()"}]}, r"tables\[shop.items\].where: expected"),
+    ({"tables": [TABLE | {"deleted_when": 1}]}, r"deleted_when: expected an SQL condition"),
     ({"tables": [TABLE, TABLE]}, "used by two tables"),
     ({"tables": [TABLE], "kafka": {"nope": 1}}, "kafka.nope: unknown"),
     ({"tables": [TABLE], "batch": {"max_events": "many"}}, "batch.max_events"),
@@ -138,8 +140,12 @@ def test_table_settings_from_the_environment(tmp_path: Path) -> None:
         assert items.include == ("a", "b") and log.exclude == ("a", "b")
         assert items.rename == {"a": "title"}
         assert items.new_columns == "map"  # the default
-    keep = load_config(path, {"INDEXER_TABLES__ITEMS__NEW_COLUMNS": "keep"})
+    keep = load_config(path, {"INDEXER_TABLES__ITEMS__NEW_COLUMNS": "keep",
+                              "INDEXER_TABLES__ITEMS__DELETED_WHEN": "deleted_at IS NOT NULL"})
     assert keep.tables[0].new_columns == "keep"
+    rows = keep.tables[0].rows
+    assert rows is not None and rows.deleted_when_text == "deleted_at IS NOT NULL"
+    assert rows.where is None
     with pytest.raises(ConfigError, match="INDEXER_TABLES__NOPE__INCLUDE: no configured table"):
         load_config(path, {"INDEXER_TABLES__NOPE__INCLUDE": "a"})
     with pytest.raises(ConfigError, match=r"tables\[shop.items\].include: not a JSON list"):

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).parents[2] / "indexer"
 RANKS = {
     "security": 0, "build": 0, "progress": 0, "errors": 0,
     "settings": 1, "logs": 1, "outages": 1, "retrying": 1,
-    "config": 2, "join_config": 2, "metrics": 2,
+    "config": 2, "join_config": 2, "condition_config": 2, "metrics": 2,
     "core": 3,
     "search": 4, "source": 4,
     "jobs": 5,
