@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from indexer.core import compare, trees
+from indexer.core import compare, conditions, trees
 from indexer.core.documents import DocumentBuilder, Write, document_id, key_bucket
 from indexer.core.layout import Field, TableLayout
 from indexer.core.trees import Assembled, Tree
@@ -84,7 +84,8 @@ def reads_for(config: Config, table: TableConfig) -> Reads:
     if table.joins:
         tree = tree_sql.load_tree(config.mysql, table)
         return TreeReads(config, tree, table)
-    layout = schema.read_layout(config.mysql, table.database, table.table)
+    layout = conditions.bind(table.rows, schema.read_layout(config.mysql, table.database,
+                                                             table.table), table.name)
     names = DocumentBuilder(table).field_names(c.name for c in layout.columns)
     return RowReads(config, table, layout,
                     [(names[c.name], c) for c in layout.columns if c.name in names])

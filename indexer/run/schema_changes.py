@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Any
 
-from indexer.core import field_types
+from indexer.core import conditions, field_types
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import (
     EnvelopeDecoder,
@@ -54,6 +54,7 @@ class SchemaWatch:
         A table MySQL does not have stops the start: its name is misspelt."""
         layout = await self._read(table, at_start=True)
         if layout is not None:
+            conditions.bind(table.rows, layout, table.name)  # what it refuses stops the start
             decoder.learn_types(column_hints(layout))
 
     async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,

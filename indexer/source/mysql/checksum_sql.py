@@ -11,6 +11,7 @@ import pymysql.converters
 from indexer.core.documents import KEY_BUCKETS
 from indexer.core.layout import Field, Flavor, TableLayout
 from indexer.settings import MySQLSettings
+from indexer.source.mysql.condition_sql import with_rule
 from indexer.source.mysql.connection import fetch_all, qualified, quote
 from indexer.source.mysql.snapshots import ids_where, key_range_where
 from indexer.source.mysql.value_sql import id_sql, text_sql
@@ -54,9 +55,10 @@ def chunk_sums(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Fi
         where, args = key_range_where(layout, None if first is None else first * width,
                                       None if last is None else (last + 1) * width - 1)
     row_hash = _row_hash(layout, fields)
+    where, params = with_rule(layout, where, args)
     found = fetch_all(settings, layout.database,
                        f"SELECT {chunk} AS chunk, COUNT(*), SUM({row_hash}) "
-                       f"FROM {qualified(layout)} {where} GROUP BY chunk", args)
+                       f"FROM {qualified(layout)} {where} GROUP BY chunk", params)
     return {int(c): ChunkSum(int(c), int(n), int(h)) for c, n, h in found}
 
 
@@ -80,10 +82,10 @@ def chunk_rows(settings: MySQLSettings, layout: TableLayout, fields: Sequence[Fi
     else:
         where = f"{_chunk_sql(layout, width)} IN ({', '.join(['%s'] * len(chunks))})"
         args = list(chunks)
+    where, params = with_rule(layout, f"WHERE ({where})", args)
     found = fetch_all(settings, layout.database,
                        f"SELECT {id_sql(layout)}, {_row_hash(layout, fields)} "
-                       f"FROM {qualified(layout)} "
-                       f"WHERE {where}", args)
+                       f"FROM {qualified(layout)} {where}", params)
     return {str(i): int(h) for i, h in found}
 
 
@@ -92,7 +94,7 @@ def hashes_for_ids(settings: MySQLSettings, layout: TableLayout, fields: Sequenc
     """id -> row hash of the rows behind these document ids (absent ids are left out)."""
     if not ids:
         return {}
-    where, args = ids_where(layout, ids)
+    where, args = with_rule(layout, *ids_where(layout, ids))
     found = fetch_all(settings, layout.database,
                        f"SELECT {id_sql(layout)}, {_row_hash(layout, fields)} "
                        f"FROM {qualified(layout)} {where}", args)
@@ -113,10 +115,11 @@ def changed_since(settings: MySQLSettings, layout: TableLayout, fields: Sequence
                                  f"FROM {qualified(layout)}", (int(back_s),))
         if since is None:
             return {}, None
+    where, args = with_rule(layout, f"WHERE {c} >= %s", (since,))
     found = fetch_all(settings, layout.database,
                        f"SELECT {id_sql(layout)}, {_row_hash(layout, fields)}, "
-                       f"CAST({c} AS CHAR) FROM {qualified(layout)} WHERE {c} >= %s "
-                       f"ORDER BY {c} LIMIT {int(limit)}", (since,))
+                       f"CAST({c} AS CHAR) FROM {qualified(layout)} {where} "
+                       f"ORDER BY {c} LIMIT {int(limit)}", args)
     return {str(i): int(h) for i, h, _ in found}, (str(found[-1][2]) if found else since)
 
 

@@ -19,6 +19,7 @@ from indexer.core.documents import document_id
 from indexer.core.layout import TableLayout
 from indexer.errors import ConfigError
 from indexer.settings import MySQLSettings
+from indexer.source.mysql.condition_sql import with_rule
 from indexer.source.mysql.connection import connect, fetch_all, qualified, quote
 from indexer.source.mysql.value_sql import finisher, id_sql, value_sql
 
@@ -65,10 +66,14 @@ class RowReader:
             return {name: row[name]}, row
         return {self.names[i]: converted[i] for i in self._key_index}, row
 
-    def select(self, where: str = "") -> str:
+    def select(self, where: str = "", args: Sequence[Any] = ()) -> tuple[str, list[Any]]:
+        """The query (and its parameters) for the rows ``where`` selects that the table's
+        row rule indexes."""
         array = ", ".join(value_sql(c) for c in self.layout.columns)
         order = ", ".join(quote(c.name) for c in self.layout.key)
-        return f"SELECT JSON_ARRAY({array}) FROM {qualified(self.layout)} {where} ORDER BY {order}"
+        where, params = with_rule(self.layout, where, args)
+        return (f"SELECT JSON_ARRAY({array}) FROM {qualified(self.layout)} {where} "
+                f"ORDER BY {order}"), params
 
 
 def ids_where(layout: TableLayout, ids: Sequence[str]) -> tuple[str, list[Any]]:
@@ -86,7 +91,7 @@ def rows_now(settings: MySQLSettings, layout: TableLayout,
     reader = RowReader(layout)
     where, args = ids_where(layout, ids)
     return [reader.row(raw) for raw in fetch_all(settings, layout.database,
-                                                  reader.select(where), args)]
+                                                  *reader.select(where, args))]
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,8 @@ class Snapshot:
         """Pages of (key, row) in primary-key order, streamed with an unbuffered cursor."""
         reader = RowReader(self.layout)
         with self._conn.cursor(pymysql.cursors.SSCursor) as cur:
-            cur.execute(reader.select(where), tuple(args) or None)
+            query, params = reader.select(where, args)
+            cur.execute(query, tuple(params) or None)
             while page := cur.fetchmany(page_rows):
                 yield [reader.row(raw) for raw in page]
 

@@ -1,10 +1,14 @@
 import itertools
+from dataclasses import replace
+from decimal import Decimal
 
 import pymysql
 
+from indexer.condition_config import parse_rule
 from indexer.core.layout import Column, TableLayout
 from indexer.settings import MySQLSettings
 from indexer.source.mysql import checksum_sql, connection, value_sql
+from indexer.source.mysql.condition_sql import rule_sql, with_rule
 from indexer.source.mysql.snapshots import RowReader, open_slices
 
 
@@ -34,7 +38,8 @@ def _layout() -> TableLayout:
 
 def test_rows_arrive_as_one_json_array_of_canonical_values() -> None:
     reader = RowReader(_layout())
-    sql = reader.select("WHERE `id` > %s")
+    sql, args = reader.select("WHERE `id` > %s", (5,))
+    assert args == [5]
     assert sql.startswith("SELECT JSON_ARRAY(`id`, CAST(`born` AS SIGNED), "
                           "CAST(`ratio` + 0e0 AS CHAR)")
     assert sql.endswith("FROM `db`.`t` WHERE `id` > %s ORDER BY `id`")
@@ -49,7 +54,8 @@ def test_rows_arrive_as_one_json_array_of_canonical_values() -> None:
 
 def test_zero_dates_are_null_and_nulls_stay_null() -> None:
     reader = RowReader(_layout())
-    assert "IF(YEAR(`at`) = 0 OR MONTH(`at`) = 0 OR DAYOFMONTH(`at`) = 0, NULL" in reader.select()
+    query, _ = reader.select()
+    assert "IF(YEAR(`at`) = 0 OR MONTH(`at`) = 0 OR DAYOFMONTH(`at`) = 0, NULL" in query
     _, row = reader.row(("[1, null, null, null, null, null, null, null, null]",))
     assert set(row.values()) == {1, None}
 
@@ -103,3 +109,32 @@ def test_no_server_is_unreachable_but_a_refused_certificate_is_a_setting() -> No
     assert line is not None and "mysql.ca_file" in line
     denied = pymysql.err.OperationalError(1045, "Access denied for user 'x'")
     assert "refused user" in str(connection._refusal(settings, denied))
+
+
+def test_a_row_rule_narrows_every_read_with_its_constants_as_parameters() -> None:
+    rule = parse_rule({"where": "flag = 1 AND tags IS NOT NULL AND doc IS NULL",
+                       "deleted_when": "at IS NOT NULL OR price IN (1, 2.5)"}, "t")
+    assert rule is not None
+    layout = replace(_layout(), rows=rule)
+    text, args = rule_sql(rule, layout)
+    assert text == (
+        "((`flag` = %s AND NOT (CONVERT(`tags` USING utf8mb4) IS NULL) AND (CAST(`doc` AS CHAR) "
+        "IS NULL OR "
+        "JSON_TYPE(`doc`) = 'NULL'))) IS TRUE AND ((NOT (IF(YEAR(`at`) = 0 OR MONTH(`at`) = 0 "
+        "OR DAYOFMONTH(`at`) = 0, NULL, REPLACE(CAST(`at` AS CHAR), ' ', 'T')) IS NULL) OR "
+        "`price` IN (%s, %s))) IS NOT TRUE")
+    assert args == [1, 1, Decimal("2.5")]
+    assert with_rule(layout, "WHERE `id` > %s", (5,)) == (f"WHERE `id` > %s AND {text}",
+                                                         [5, *args])
+    assert with_rule(layout, "", ()) == (f"WHERE {text}", args)
+    assert with_rule(_layout(), "", ()) == ("", [])
+
+
+def test_texts_are_compared_as_utf8_bytes_not_by_collation() -> None:
+    layout = TableLayout("db", "t", (Column("id", "int", "int", 0, 1),
+                                     Column("s", "varchar", "varchar(9)", 0, 0)))
+    rule = parse_rule({"where": "s IN ('a', 'b')"}, "t")
+    assert rule is not None
+    assert rule_sql(rule, layout)[0] == (
+        "(CAST(CONVERT(`s` USING utf8mb4) AS BINARY) IN (CAST(CONVERT(%s USING utf8mb4) AS "
+        "BINARY), CAST(CONVERT(%s USING utf8mb4) AS BINARY))) IS TRUE")
