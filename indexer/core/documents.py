@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from indexer.core import conditions
 from indexer.core.checksums import content_hash
 from indexer.core.events import Change
 from indexer.core.sources import EPOCH_ZERO, Epoch, binlog_file_number
@@ -142,12 +143,14 @@ class DocumentBuilder:
         self._include = frozenset(table.include)
         self._exclude = frozenset(table.exclude)
         self._rename = dict(table.rename)
+        self._rows = table.rows
         self._identity = not (self._include or self._exclude or self._rename)
 
     @property
     def identity(self) -> bool:
-        """Documents are the rows as they are: no include, exclude or rename."""
-        return self._identity
+        """Documents are the rows as they are, every row: no include, exclude, rename, where
+        or deleted_when."""
+        return self._identity and self._rows is None
 
     def includes(self, column: str) -> bool:
         return not ((self._include and column not in self._include) or column in self._exclude)
@@ -193,9 +196,26 @@ class DocumentBuilder:
             return Write(doc_id, version, tombstone(change.position.ts_ms), deleted=True)
         assert change.after is not None
         version = self._change_version(change, change.after, epoch, deleted=False)
+        if self._rows is not None and not conditions.keeps(self._rows, change.after):
+            # Left out by where, or soft-deleted: gone from the index at this change's
+            # version, back at a later one's when the row is indexed again.
+            return Write(doc_id, version, tombstone(change.position.ts_ms), deleted=True)
         spaced = self._spaced or (self._by_connector and change.position.connector == "mysql")
         return Write(doc_id, version, self.body(change.key, doc_id, change.after, spaced),
                      deleted=False)
+
+    def stays_out(self, change: Change) -> bool:
+        """The table's where or deleted_when left the row out before this change and still
+        does (or it is deleted): no document to write or remove, since the change that left
+        it out wrote its tombstone. A filter that drops most rows then costs no write."""
+        rule = self._rows
+        if rule is None:
+            return False
+        # An insert had no row before it; a snapshot's read (no before) may follow anything.
+        was_out = change.op == "c" or (change.before is not None
+                                       and not conditions.keeps(rule, change.before))
+        return was_out and (change.op == "d" or (change.after is not None
+                                                 and not conditions.keeps(rule, change.after)))
 
     def write_for_row(self, key: Mapping[str, Any], row: Mapping[str, Any], version: int) -> Write:
         doc_id = document_id(key)

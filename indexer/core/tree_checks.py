@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from indexer.core import conditions
 from indexer.core.layout import Index, TableLayout
 from indexer.settings import JoinSettings, TableConfig
 
@@ -80,6 +81,8 @@ def check(table: TableConfig, layouts: Mapping[str, TableLayout],
 
     root = layouts[table.name]
     names = {c.name for c in root.columns}
+    if table.rows is not None and (problem := conditions.check(table.rows, root)) is not None:
+        problems.append(f"{where}.{problem}")
     visit(root, where, {f for c, f in _fields(table, root) if c in names}, table.joins)
     return problems
 

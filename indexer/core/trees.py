@@ -27,7 +27,7 @@ import orjson
 from indexer.core.checksums import content_hash
 from indexer.core.documents import META_FIELD, Write, chunk_field, document_id, tombstone
 from indexer.core.layout import Column, Flavor, TableLayout
-from indexer.settings import JoinSettings, TableConfig
+from indexer.settings import JoinSettings, RowRule, TableConfig
 
 NodeKind = Literal["root", "lookup", "child"]
 Row = dict[str, Any]
@@ -83,6 +83,8 @@ class Tree:
     flavor: Flavor = "mariadb"  # the server's
     below: tuple[tuple[Node, ...], ...] = ()  # each node's joins, as nodes (build() fills it)
     by_table: Mapping[str, tuple[Node, ...]] = field(default_factory=dict)  # build() fills it
+    # The root table's where and deleted_when: a root row they leave out has no document.
+    rows: RowRule | None = None
 
     @property
     def root(self) -> Node:
@@ -181,7 +183,8 @@ def build(table: TableConfig, layouts: Mapping[str, TableLayout]) -> Tree:
     by_table: dict[str, tuple[Node, ...]] = {}
     for node in nodes:
         by_table[node.full_name] = (*by_table.get(node.full_name, ()), node)
-    return Tree(table.alias, tuple(nodes), layouts[table.name].flavor, below, by_table)
+    return Tree(table.alias, tuple(nodes), layouts[table.name].flavor, below, by_table,
+                table.rows)
 
 
 # --- the walk up: from a changed row to the documents it is part of ------------------------

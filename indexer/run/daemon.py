@@ -327,7 +327,8 @@ class Daemon:
                 epoch = EPOCH_ZERO
                 if builder.binlog_versions:
                     epoch = self._f.epoch(table.config, delivery, change.position)
-                message.op = Op(table.config.alias, builder.write_for_change(change, epoch))
+                if not builder.stays_out(change):
+                    message.op = Op(table.config.alias, builder.write_for_change(change, epoch))
             if table.places:
                 message.requests = self._requests(table, delivery, change)
         except (SwitchFound, NotFollowed, LayoutChanged):

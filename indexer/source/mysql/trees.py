@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeAlias
 import orjson
 import pymysql
 
-from indexer.core import tree_checks, trees
+from indexer.core import conditions, tree_checks, trees
 from indexer.core.layout import Column, Flavor, Index, TableLayout
 from indexer.core.trees import Assembled, Matches, Node, Row, Tree, Values
 from indexer.errors import JoinError
@@ -130,7 +130,8 @@ class TreeRows:
         key = self._root.key
         for part in _parts(list(dict.fromkeys(tuple(k[c] for c in key) for k in keys))):
             where, args = self._in(self._root, key, part)
-            for row in self._rows(conn, self._root, where, args, self._order(self._root)):
+            for row in self._kept(self._rows(conn, self._root, where, args,
+                                             self._order(self._root))):
                 found[tuple(row[c] for c in key)] = row
         roots = [(dict(k), found.get(tuple(k[c] for c in key))) for k in keys]
         return self.assemble(conn, roots, trace)
@@ -160,9 +161,16 @@ class TreeRows:
             if not rows:
                 return
             last = tuple(rows[-1][c] for c in key)
-            yield self.assemble(conn, [({c: r[c] for c in key}, r) for r in rows])
+            yield self.assemble(conn, [({c: r[c] for c in key}, r) for r in self._kept(rows)])
             if len(rows) < page_roots:
                 return
+
+    def _kept(self, roots: list[Row]) -> list[Row]:
+        """The root rows the table's where and deleted_when index (the others have no
+        document: a root read by key is then gone). Judged here, in Python, as the stream's
+        rebuilds judge them, since every document of a tree is built from rows read here."""
+        rule = self.tree.rows
+        return roots if rule is None else [r for r in roots if conditions.keeps(rule, r)]
 
     def assemble(self, conn: Connection, roots: list[tuple[Row, Row | None]],
                  trace: bool = False) -> list[Assembled]:

@@ -3,6 +3,7 @@ import zlib
 import orjson
 import pytest
 
+from indexer.condition_config import parse_rule
 from indexer.core.checksums import content_hash
 from indexer.core.documents import (
     KEY_BUCKETS,
@@ -89,6 +90,37 @@ def test_delete_outranks_the_row_it_removes_under_column_versions() -> None:
     row: dict[str, object] = {"id": 7, "version": 9}
     assert builder.write_for_change(change("u", None, row)).version == 9
     assert builder.write_for_change(change("d", row, None)).version == 10
+
+
+def test_a_row_the_rule_leaves_out_is_a_tombstone_at_its_change_version() -> None:
+    rule = parse_rule({"where": "n = 'a'", "deleted_when": "gone IS NOT NULL"}, "t")
+    builder = DocumentBuilder(table(rows=rule))
+    assert not builder.identity  # never the native path's: it builds every row as it is
+    kept = builder.write_for_change(change("c", None, {"id": 7, "n": "a", "gone": None}, 100))
+    left = builder.write_for_change(change("u", None, {"id": 7, "n": "b", "gone": None}, 200))
+    soft = builder.write_for_change(change("u", None, {"id": 7, "n": "a", "gone": 1}, 300))
+    back = builder.write_for_change(change("u", None, {"id": 7, "n": "a", "gone": None}, 400))
+    assert not kept.deleted and not back.deleted
+    assert left.deleted and soft.deleted and orjson.loads(soft.source)["_indexer"]["deleted"]
+    assert kept.version < left.version < soft.version < back.version
+    by_column = DocumentBuilder(table("column:v", rows=rule))
+    assert by_column.write_for_change(change("u", None, {"id": 7, "n": "b", "gone": None,
+                                                          "v": 5})).version == 5
+
+
+def test_a_row_out_before_and_after_a_change_needs_no_write() -> None:
+    rule = parse_rule({"where": "n = 'a'"}, "t")
+    builder = DocumentBuilder(table(rows=rule))
+    a, b = {"id": 7, "n": "a"}, {"id": 7, "n": "b"}
+    assert builder.stays_out(change("c", None, b))  # inserted out: nothing to remove
+    assert builder.stays_out(change("u", b, {"id": 7, "n": "c"}))
+    assert builder.stays_out(change("d", b, None))
+    assert not builder.stays_out(change("u", a, b))  # leaves: its tombstone
+    assert not builder.stays_out(change("u", b, a))  # comes back
+    assert not builder.stays_out(change("d", a, None))
+    assert not builder.stays_out(change("r", None, b))  # a snapshot's read: a document may be
+    assert not builder.stays_out(change("u", None, b))  # no before image: cannot tell
+    assert not DocumentBuilder(table()).stays_out(change("c", None, b))
 
 
 def test_projection_include_exclude_rename() -> None:
