@@ -12,12 +12,12 @@ The verdict is pure (:func:`judge`); :func:`explain` gathers.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
 
-from indexer.core import compare
+from indexer.core import compare, conditions
 from indexer.core.documents import META_FIELD, DocumentBuilder, document_id
 from indexer.core.events import EnvelopeDecoder
 from indexer.core.ownership import owner_of
@@ -35,6 +35,7 @@ from indexer.search.state import StateStore
 from indexer.settings import Config, TableConfig, VersionSource
 from indexer.source.kafka.dead_letters import DeadLetter
 from indexer.source.kafka.topics import Record, TopicReader, iso_time
+from indexer.source.mysql import snapshots
 
 EVENTS_SHOWN = 5  # the key's most recent events listed
 # The binlog source's letters of a table read looking for the key (a letter holds its change:
@@ -122,12 +123,19 @@ def describe_version(version: int, kind: VersionSource, epochs: list[Epoch]) -> 
 
 
 def judge(table: TableConfig, row: dict[str, Any] | None, live: Found | None,
-          events: list[Event], letters: list[Letter]) -> Verdict:
-    """In sync or not, what differs, and the command that fixes it."""
+          events: list[Event], letters: list[Letter], left_out: str | None = None) -> Verdict:
+    """In sync or not, what differs, and the command that fixes it. ``left_out``: the row
+    exists, and why the table's where or deleted_when leaves it out of the index."""
     deleted = live is None or live.deleted
     if row is None and deleted:
-        what = "no row and no document" if live is None else (
-            f"the row is deleted and its tombstone (version {live.version}) keeps it deleted")
+        if left_out:
+            what = f"the row is left out ({left_out}) and " + (
+                "has no document" if live is None else
+                f"its tombstone (version {live.version}) keeps it out of searches")
+        else:
+            what = "no row and no document" if live is None else (
+                f"the row is deleted and its tombstone (version {live.version}) keeps it "
+                "deleted")
         return Verdict(True, f"in sync: {what}")
     if row is not None and live is not None and not live.deleted:
         fields = compare.stale_parts(row, live.source, flat=not table.joins,
@@ -142,7 +150,9 @@ def judge(table: TableConfig, row: dict[str, Any] | None, live: Found | None,
                    ("no document" if live is None else "a tombstone (deleted)"))
     else:
         fields = sorted(live.source) if live is not None else []
-        summary = "extra: the index has a document for a row that does not exist"
+        summary = (f"extra: the row is left out ({left_out}) but the index has its document"
+                   if left_out else
+                   "extra: the index has a document for a row that does not exist")
     return Verdict(False, summary, fields, _fix(table, events, letters))
 
 
@@ -174,6 +184,11 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
                           f"{layout.key[0].name} is an integer")
     document, made_of = await asyncio.to_thread(reads.now, doc_id)
     row = _json(document) if document is not None else None
+    left_out = None
+    if document is None and table.rows is not None:  # a row the rule leaves out, or none
+        unruled = replace(layout, rows=None)
+        found = await asyncio.to_thread(snapshots.rows_now, config.mysql, unruled, [doc_id])
+        left_out = conditions.left_out_by(table.rows, found[0][1]) if found else None
     registry = Registry()
     async with SearchClient(config.elasticsearch) as client:
         # Another table's documents under the alias would be judged against this one's rows.
@@ -195,7 +210,8 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
             letters = await _letters(reader, config, table, decoder, doc_id, scan_budget)
     live = next((d for d in documents if d.live), None)
     return Explanation(table.name, doc_id, row, documents, events, letters, scanned,
-                       judge(table, row, live, events, letters), made_of if table.joins else [],
+                       judge(table, row, live, events, letters, left_out),
+                       made_of if table.joins else [],
                        config.source.kind)
 
 

@@ -46,6 +46,16 @@ def test_in_sync_cases() -> None:
     assert deleted.in_sync and "tombstone" in deleted.summary
 
 
+def test_a_row_the_rule_leaves_out_says_so() -> None:
+    why = "deleted_when (deleted_at IS NOT NULL) is true"
+    kept_out = judge(TABLE, None, found(deleted=True), [], [], why)
+    assert kept_out.in_sync and why in kept_out.summary and "tombstone" in kept_out.summary
+    assert why in judge(TABLE, None, None, [], [], why).summary
+    extra = judge(TABLE, None, found(dict(ROW)), [], [], why)
+    assert not extra.in_sync and extra.summary.startswith(f"extra: the row is left out ({why})")
+    assert extra.fix == "indexer reconcile --repair items"
+
+
 def test_stale_names_the_fields_and_the_repair() -> None:
     verdict = judge(TABLE, ROW, found({**ROW, "price": "2.00", "old": 1}), [event(True)], [])
     assert not verdict.in_sync and verdict.differing_fields == ["old", "price"]
