@@ -10,6 +10,8 @@ daemon writes, prebuilt as NDJSON, as many bulks in flight as indexer, before an
 daemon run.
 The daemon (`python -m indexer run`, a child process) is timed from "indexer running" to
 the commit of the last offset. Prints docs/s, the ratio, and the daemon's peak RSS.
+``--where few='qty < 100'`` runs the daemon again over the same events with that table
+``where`` (a row filter) and prints its CPU per event against the plain run's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,7 +177,7 @@ async def committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
 
 
 def write_config(folder: Path, table: str, topic: str, schemas: bool,
-                 metrics_port: int = 0) -> tuple[Path, str, str]:
+                 metrics_port: int = 0, where: str | None = None) -> tuple[Path, str, str]:
     alias = unique("bench-daemon").lower().replace("_", "-")
     (folder / f"{alias}.json").write_bytes(orjson.dumps(BENCH_MAPPING))
     group = unique("bench-group")
@@ -188,6 +191,7 @@ def write_config(folder: Path, table: str, topic: str, schemas: bool,
         f"[metrics]\nport = {metrics_port}\n"
         f'[[tables]]\nname = "{DATABASE}.{table}"\ntopic = "{topic}"\nalias = "{alias}"\n'
         + hints
+        + (f"where = {orjson.dumps(where).decode()}\n" if where else "")
     )
     return path, group, alias
 
@@ -208,12 +212,13 @@ def free_port() -> int:
 
 
 async def run_daemon(table: str, topic: str, n: int, schemas: bool,
-                     checkout: Path | None = None) -> DaemonRun:
-    """`indexer run` draining the topic: this checkout's, or another's with its own .venv."""
+                     checkout: Path | None = None, where: str | None = None) -> DaemonRun:
+    """`indexer run` draining the topic: this checkout's, or another's with its own .venv;
+    with ``where``, indexing only the rows it keeps."""
     python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        config, group, alias = write_config(Path(tmp), table, topic, schemas, port)
+        config, group, alias = write_config(Path(tmp), table, topic, schemas, port, where)
         proc = await asyncio.create_subprocess_exec(
             "taskset", "-c", CLIENT_CORE, python, "-m", "indexer", "run",
             "--config", str(config), "--log-level", "INFO", cwd=checkout or REPO,
@@ -262,7 +267,8 @@ async def _drain(stream: asyncio.StreamReader) -> list[str]:
     return errors
 
 
-async def main(n: int, modes: list[bool], baseline: Path | None) -> None:
+async def main(n: int, modes: list[bool], baseline: Path | None,
+               rules: Sequence[tuple[str, str]] = ()) -> None:
     pin_protocol()
     try:
         db = mysql()
@@ -276,6 +282,8 @@ async def main(n: int, modes: list[bool], baseline: Path | None) -> None:
             run = await run_daemon(table, topic, n, schemas)
             base = (await run_daemon(table, topic, n, schemas, baseline)
                     if baseline else None)
+            ruled = [(label, await run_daemon(table, topic, n, schemas, where=where))
+                     for label, where in rules]
             after = await raw_ceiling(bodies, n)
             floor, floor_cpu = await io_floor(topic, n, bodies)
             del bodies
@@ -293,6 +301,12 @@ async def main(n: int, modes: list[bool], baseline: Path | None) -> None:
                       f"ratio {base.rate / ceiling:.2f} | CPU busy: {base.load}; indexer CPU "
                       f"{base.cpu_us:.1f} µs/event | this checkout / baseline: "
                       f"{run.cpu_us / base.cpu_us:.3f} of the CPU per event", flush=True)
+            for label, other in ruled:
+                print(f"{label:>16}: where {dict(rules)[label]} | indexer run {other.rate:,.0f} "
+                      f"events/s | CPU busy: {other.load}; indexer CPU {other.cpu_us:.1f} "
+                      f"µs/event, {other.native:.0%} native | / no where: "
+                      f"{other.cpu_us / run.cpu_us:.3f} of the CPU per event, "
+                      f"{other.rate / run.rate:.2f}x the events/s", flush=True)
             await delete_topic(topic)
         with db.cursor() as cur:
             cur.execute(f"DROP TABLE `{table}`")
@@ -321,10 +335,20 @@ def parse(argv: list[str] | None = None) -> Any:
     parser.add_argument("--schemas", choices=["both", "with", "without"], default="both")
     parser.add_argument("--baseline", type=Path, help="another checkout (with its own .venv) "
                         "whose daemon runs over the same events right after this one's")
+    parser.add_argument("--where", action="append", default=[], metavar="LABEL=CONDITION",
+                        type=_rule, help="after the plain run, the daemon again over the same "
+                        "events with this table where (e.g. few='qty < 100': a tenth kept)")
     return parser.parse_args(argv)
+
+
+def _rule(text: str) -> tuple[str, str]:
+    label, sep, where = text.partition("=")
+    if not sep or not label or not where:
+        raise argparse.ArgumentTypeError(f"expected LABEL=CONDITION, got {text!r}")
+    return label, where
 
 
 if __name__ == "__main__":
     args = parse()
     modes = {"both": [True, False], "with": [True], "without": [False]}[args.schemas]
-    asyncio.run(main(args.events, modes, args.baseline))
+    asyncio.run(main(args.events, modes, args.baseline, args.where))
