@@ -50,6 +50,7 @@ from indexer.settings import (
 
 IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 INDEX_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]{0,200}$")
+INGEST_PIPELINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}$")  # safe in a URL and JSON
 _FINGERPRINT = re.compile(r"^[0-9A-Fa-f]{64}$")
 
 def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> Config:
@@ -281,7 +282,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
     allowed = {"name", "topic", "alias", "mapping", "version", "include", "exclude", "rename",
                "column_types", "new_columns", "changed_column", "lookups", "children", "where",
-               "deleted_when"}
+               "deleted_when", "pipeline"}
     for key in raw:
         if key not in allowed:
             known = ", ".join(sorted(allowed))
@@ -320,6 +321,10 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         changed_column = str(changed_column)
         if changed_column:
             _check_identifier(changed_column, f"{where}.changed_column")
+    pipeline = raw.get("pipeline", "")
+    if not isinstance(pipeline, str) or (pipeline and not INGEST_PIPELINE.match(pipeline)):
+        raise ConfigError(f"{where}.pipeline: expected an ingest pipeline's name, got "
+                          f"{pipeline!r}")
     version = _version_source(str(raw.get("version", "binlog")), f"{where}.version")
     joins = parse_joins(raw, where, database, table, connector, _names, _check_identifier)
     if joins and version.kind != "binlog":
@@ -340,6 +345,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         changed_column=changed_column,
         joins=joins,
         rows=parse_rule(raw, where),
+        pipeline=pipeline,
     )
 
 

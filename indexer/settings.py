@@ -410,6 +410,9 @@ class TableConfig:
     joins: tuple[JoinSettings, ...] = ()
     # Which rows are indexed (None: all of them).
     rows: RowRule | None = None
+    # The search server's ingest pipeline every document write of the table goes through
+    # (tombstones do not); "": none.
+    pipeline: str = ""
 
     @functools.cached_property
     def name(self) -> str:
@@ -454,6 +457,11 @@ class Config:
         """The server the canary's beats are written into and read back from."""
         return replace(self.mysql, host=self.canary.mysql_host or self.mysql.host,
                        port=self.canary.mysql_port or self.mysql.port)
+
+    @property
+    def pipelines(self) -> dict[str, str]:
+        """alias -> the ingest pipeline its documents go through, for the tables that set one."""
+        return {t.alias: t.pipeline for t in self.tables if t.pipeline}
 
     def table(self, name: str) -> TableConfig:
         for table in self.tables:

@@ -9,10 +9,15 @@ import orjson
 from indexer.core.documents import Write
 
 
-def action_line(index: str, write: Write, version_type: str = "external") -> bytes:
+def action_line(index: str, write: Write, version_type: str = "external",
+                pipeline: str = "") -> bytes:
+    """The write's action; a document (never a tombstone) through ``pipeline`` when set."""
     # Formatted by hand: this runs once per document and orjson on a nested dict costs more.
-    return b"%b%b,\"version\":%d,\"version_type\":\"%b\"}}" % (
+    line = b"%b%b,\"version\":%d,\"version_type\":\"%b\"" % (
         _index_prefix(index), orjson.dumps(write.id), write.version, version_type.encode())
+    if pipeline and not write.deleted:
+        line += b',"pipeline":' + orjson.dumps(pipeline)
+    return line + b"}}"
 
 
 @functools.lru_cache(maxsize=256)

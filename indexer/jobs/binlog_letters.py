@@ -58,7 +58,8 @@ async def replay_letters(config: Config, tables: Sequence[TableConfig], kinds: S
                                 for topic in trees.tree_topics(t))})
     report = LetterReplay()
     async with ElasticsearchSink(config.elasticsearch, Metrics(),
-                                 max_backoff_s=config.batch.max_backoff_s) as sink:
+                                 max_backoff_s=config.batch.max_backoff_s,
+                                 pipelines=config.pipelines) as sink:
         client = sink.client
         if not await client.index_exists(DEAD_LETTER_INDEX):
             return report

@@ -31,7 +31,7 @@ from indexer.jobs.ownership import claim
 from indexer.jobs.reindex import reindex
 from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
-from indexer.search import admin
+from indexer.search import admin, pipelines
 from indexer.search.client import SearchClient
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
@@ -108,9 +108,12 @@ async def reconcile(config: Config, table: TableConfig, *, repair: bool = False,
     plan = await asyncio.to_thread(chunk_check.make_plan, config, table)
     report.chunking = plan.describe()
     async with ElasticsearchSink(config.elasticsearch, Metrics(),
-                                 max_backoff_s=config.batch.max_backoff_s) as sink:
+                                 max_backoff_s=config.batch.max_backoff_s,
+                                 pipelines=config.pipelines) as sink:
         client = sink.client
         await claim(config, client, table)  # another table's documents are not compared
+        if repair:  # its repairs are written through the pipeline
+            await pipelines.require(client, [table])
         await client.refresh(table.alias)
         report.notes += await _old_checksums(client, table.alias)
 

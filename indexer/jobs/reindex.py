@@ -34,6 +34,7 @@ from indexer.jobs.ownership import claim
 from indexer.jobs.table_reads import Reads, reads_for
 from indexer.metrics import Metrics
 from indexer.progress import Progress, no_progress
+from indexer.search import pipelines
 from indexer.search.admin import (
     alias_state,
     create_index,
@@ -77,9 +78,11 @@ async def reindex(config: Config, table: TableConfig, *, parallel: int = 1,
     definition = definition_for(config, table)
     metrics = Metrics()
     async with ElasticsearchSink(config.elasticsearch, metrics,
-                                 max_backoff_s=config.batch.max_backoff_s) as sink:
+                                 max_backoff_s=config.batch.max_backoff_s,
+                                 pipelines=config.pipelines) as sink:
         client = sink.client
         await claim(config, client, table)  # another table's alias is not swapped
+        await pipelines.require(client, [table])
         before = await alias_state(client, table.alias)
         index = await create_index(client, definition, owner_of(config, table), live=False,
                                    bulk_load=True)

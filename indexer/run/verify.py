@@ -161,7 +161,7 @@ class Verifier:
         try:
             self._sink = await self._stack.enter_async_context(ElasticsearchSink(
                 cfg.elasticsearch, self._metrics, max_backoff_s=cfg.batch.max_backoff_s,
-                outage=self._outages.search))
+                outage=self._outages.search, pipelines=cfg.pipelines))
             if self._read_through is None:
                 self._reader = await self._stack.enter_async_context(TopicReader(cfg.kafka))
             if cfg.connect.url is not None and self._read_through is None:

@@ -28,6 +28,7 @@ from indexer.run.ports import DeadLetters, Parts, Source, TableParts
 from indexer.run.rebuilds import Rebuilds
 from indexer.run.schema_changes import SchemaWatch
 from indexer.run.verify import Verifier
+from indexer.search import pipelines
 from indexer.search.admin import ensure_table_index
 from indexer.search.dead_letters import SearchDeadLetters
 from indexer.search.sink import ElasticsearchSink
@@ -56,7 +57,7 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
     outages = Outages.reading_binlog() if cfg.source.kind == "binlog" else Outages()
     async with ElasticsearchSink(cfg.elasticsearch, metrics,
                                  max_backoff_s=cfg.batch.max_backoff_s,
-                                 outage=outages.search) as sink:
+                                 outage=outages.search, pipelines=cfg.pipelines) as sink:
         schemas = SchemaWatch(cfg, sink.client, metrics)
         # First: a table MySQL does not have (a misspelt name), or joins that cannot work,
         # stop the start, indexless.
@@ -70,6 +71,7 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
             indexed = [*cfg.tables, *((cfg.canary_table,) if cfg.canary_table else ())]
             for table_config in indexed:  # another table's index refuses the start, untouched
                 await claim(cfg, sink.client, table_config)
+            await pipelines.require(sink.client, cfg.tables)
             start = lock = None
             if cfg.source.kind == "binlog":  # one reader per deployment; others stand by
                 lock = await stack.enter_async_context(

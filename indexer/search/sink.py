@@ -8,7 +8,7 @@ change consumed after it was added.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from types import TracebackType
@@ -50,8 +50,10 @@ class _Round:
 
 class ElasticsearchSink:
     def __init__(self, settings: ElasticsearchSettings, metrics: Metrics,
-                 *, max_backoff_s: float, outage: Outage | None = None) -> None:
+                 *, max_backoff_s: float, outage: Outage | None = None,
+                 pipelines: Mapping[str, str] | None = None) -> None:
         self._settings = settings
+        self._pipelines = dict(pipelines or {})  # alias -> its table's ingest pipeline
         self._metrics = metrics
         self._max_backoff_s = max_backoff_s
         self._outage = outage
@@ -115,7 +117,8 @@ class ElasticsearchSink:
             op.attempts += 1
             for index in targets[op.alias] if op.index is None else (op.index,):
                 lines.append((op, index))
-                parts += (action_line(index, op.write, op.version_type), op.write.source)
+                parts += (action_line(index, op.write, op.version_type,
+                                      self._pipelines.get(op.alias, "")), op.write.source)
         started = perf_counter()
         try:
             body = b"\n".join(parts) + b"\n"  # NDJSON: action, document, action, ...

@@ -45,6 +45,8 @@ def test_file_plus_environment(tmp_path: Path) -> None:
     ({"tables": [TABLE | {"new_columns": "ignore"}]}, r"new_columns: expected \"map\""),
     ({"tables": [TABLE | {"where": "a > NOW()"}]}, r"tables\[shop.items\].where: expected"),
     ({"tables": [TABLE | {"deleted_when": 1}]}, r"deleted_when: expected an SQL condition"),
+    ({"tables": [TABLE | {"pipeline": "a b"}]}, r"tables\[shop.items\].pipeline: expected an"),
+    ({"tables": [TABLE | {"pipeline": 3}]}, r"pipeline: expected an ingest pipeline's name"),
     ({"tables": [TABLE, TABLE]}, "used by two tables"),
     ({"tables": [TABLE], "kafka": {"nope": 1}}, "kafka.nope: unknown"),
     ({"tables": [TABLE], "batch": {"max_events": "many"}}, "batch.max_events"),
@@ -64,6 +66,13 @@ def test_invalid_settings_name_the_setting(raw: dict[str, object], match: str,
                                            tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=match):
         build_config(raw, tmp_path)
+
+
+def test_a_tables_ingest_pipeline(tmp_path: Path) -> None:
+    other = TABLE | {"name": "shop.other"}
+    config = build_config({"tables": [TABLE | {"pipeline": "enrich-v2.1"}, other]}, tmp_path)
+    assert config.tables[0].pipeline == "enrich-v2.1" and config.tables[1].pipeline == ""
+    assert config.pipelines == {config.tables[0].alias: "enrich-v2.1"}
 
 
 def test_connect_and_health_settings(tmp_path: Path) -> None:

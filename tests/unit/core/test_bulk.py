@@ -15,3 +15,10 @@ def test_action_line_escapes_the_index_and_names_the_version_type() -> None:
     line = action_line('a"b', Write("1", 2, b"{}", False), "external_gte")
     assert orjson.loads(line)["index"] == {"_index": 'a"b', "_id": "1", "version": 2,
                                            "version_type": "external_gte"}
+
+
+def test_documents_name_the_tables_ingest_pipeline_and_tombstones_do_not() -> None:
+    document = orjson.loads(action_line("a-v1", Write("1", 2, b"{}", False), pipeline="p-1"))
+    assert document["index"]["pipeline"] == "p-1"
+    tombstone = orjson.loads(action_line("a-v1", Write("1", 3, b"{}", True), pipeline="p-1"))
+    assert "pipeline" not in tombstone["index"]  # a pipeline is for rows, not their stand-ins
