@@ -12,6 +12,7 @@ The verdict is pure (:func:`judge`); :func:`explain` gathers.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -28,7 +29,7 @@ from indexer.core.writes import MAPPING_CONFLICT, MAPPING_ERRORS
 from indexer.errors import DecodeError, OwnershipError
 from indexer.jobs.ownership import look
 from indexer.jobs.table_reads import reads_for
-from indexer.search import dead_letters
+from indexer.search import dead_letters, pipelines
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
@@ -123,9 +124,11 @@ def describe_version(version: int, kind: VersionSource, epochs: list[Epoch]) -> 
 
 
 def judge(table: TableConfig, row: dict[str, Any] | None, live: Found | None,
-          events: list[Event], letters: list[Letter], left_out: str | None = None) -> Verdict:
+          events: list[Event], letters: list[Letter], left_out: str | None = None,
+          set_by_pipeline: Sequence[str] = ()) -> Verdict:
     """In sync or not, what differs, and the command that fixes it. ``left_out``: the row
-    exists, and why the table's where or deleted_when leaves it out of the index."""
+    exists, and why the table's where or deleted_when leaves it out of the index;
+    ``set_by_pipeline``: the fields the table's ingest pipeline changes, not compared."""
     deleted = live is None or live.deleted
     if row is None and deleted:
         if left_out:
@@ -138,11 +141,15 @@ def judge(table: TableConfig, row: dict[str, Any] | None, live: Found | None,
                 "deleted")
         return Verdict(True, f"in sync: {what}")
     if row is not None and live is not None and not live.deleted:
-        fields = compare.stale_parts(row, live.source, flat=not table.joins,
-                                     by_indexer=live.by_indexer)
+        skipped = set(set_by_pipeline)
+        fields = compare.stale_parts({k: v for k, v in row.items() if k not in skipped},
+                                     {k: v for k, v in live.source.items() if k not in skipped},
+                                     flat=not table.joins, by_indexer=live.by_indexer)
         if not fields:
+            unseen = (f" (not compared: {', '.join(sorted(skipped))}, which ingest pipeline "
+                      f"{table.pipeline!r} sets)" if skipped else "")
             return Verdict(True, f"in sync: the document (version {live.version}) matches "
-                                 "the row")
+                                 f"the row{unseen}")
         summary = f"stale: {len(fields)} fields differ from the row"
     elif row is not None:
         fields = sorted(row)
@@ -197,6 +204,10 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
         if table.version.kind == "binlog":
             registry = await StateStore(client).load(table.alias)
         documents = await _documents(client, table, doc_id, registry.epochs)
+        set_by: list[str] = []
+        if table.pipeline and row is not None:  # compare what the pipeline leaves as written
+            set_by = pipelines.touched(row, await pipelines.simulate(
+                client, table.pipeline, doc_id, row))
         direct = config.source.kind == "binlog"
         if direct:  # it keeps no copy of its events to list; its letters are here
             letters = await _binlog_letters(client, config, table, doc_id)
@@ -210,7 +221,7 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
             letters = await _letters(reader, config, table, decoder, doc_id, scan_budget)
     live = next((d for d in documents if d.live), None)
     return Explanation(table.name, doc_id, row, documents, events, letters, scanned,
-                       judge(table, row, live, events, letters, left_out),
+                       judge(table, row, live, events, letters, left_out, set_by),
                        made_of if table.joins else [],
                        config.source.kind)
 

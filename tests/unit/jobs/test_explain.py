@@ -1,3 +1,4 @@
+from dataclasses import replace
 from typing import Any
 
 from indexer.core.compare import NOT_INDEXERS, differences
@@ -54,6 +55,17 @@ def test_a_row_the_rule_leaves_out_says_so() -> None:
     extra = judge(TABLE, None, found(dict(ROW)), [], [], why)
     assert not extra.in_sync and extra.summary.startswith(f"extra: the row is left out ({why})")
     assert extra.fix == "indexer reconcile --repair items"
+
+
+def test_fields_an_ingest_pipeline_sets_are_not_compared() -> None:
+    piped = replace(TABLE, pipeline="enrich")
+    source = {**ROW, "price": "9.99", "added": True}  # what the pipeline made of the row
+    verdict = judge(piped, ROW, found(source), [], [], set_by_pipeline=["added", "price"])
+    assert verdict.in_sync, verdict
+    assert "not compared: added, price, which ingest pipeline 'enrich' sets" in verdict.summary
+    stale = judge(piped, ROW, found({**source, "name": "edited"}), [], [],
+                  set_by_pipeline=["added", "price"])
+    assert not stale.in_sync and stale.differing_fields == ["name"]
 
 
 def test_stale_names_the_fields_and_the_repair() -> None:
