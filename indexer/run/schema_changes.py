@@ -74,9 +74,11 @@ class SchemaWatch:
                 mapped, looked_at = await self._map_new_fields(table, change, layout)
                 if first and mapped and len(mapped) < looked_at:
                     # Columns added while indexer was not running: a change like any other.
+                    # Or NULL in every document so far: a dynamic mapping maps no null.
                     log.warning("table %s: the first rows since the start have fields the "
-                                "index did not map (columns added while indexer was stopped?): "
-                                "%s; mapped", table.name, ", ".join(mapped))
+                                "index did not map (columns added while indexer was stopped, "
+                                "or NULL in every row indexed so far?): %s; mapped",
+                                table.name, ", ".join(mapped))
                     self._metrics.layout_changes.labels(table.name).inc()
                 elif first and mapped:  # a new index whose mapping names no field
                     log.info("table %s: mapped the rows' fields as `indexer mappings generate` "
