@@ -11,7 +11,8 @@ daemon run.
 The daemon (`python -m indexer run`, a child process) is timed from "indexer running" to
 the commit of the last offset. Prints docs/s, the ratio, and the daemon's peak RSS.
 ``--where few='qty < 100'`` runs the daemon again over the same events with that table
-``where`` (a row filter) and prints its CPU per event against the plain run's.
+``where`` (a row filter) and prints its CPU per event against the plain run's;
+``--transform same=bench.shaping:unchanged`` does the same with a table ``transform``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,7 +178,8 @@ async def committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
 
 
 def write_config(folder: Path, table: str, topic: str, schemas: bool,
-                 metrics_port: int = 0, where: str | None = None) -> tuple[Path, str, str]:
+                 metrics_port: int = 0, shaping: tuple[str, str] | None = None,
+                 ) -> tuple[Path, str, str]:
     alias = unique("bench-daemon").lower().replace("_", "-")
     (folder / f"{alias}.json").write_bytes(orjson.dumps(BENCH_MAPPING))
     group = unique("bench-group")
@@ -191,7 +193,7 @@ def write_config(folder: Path, table: str, topic: str, schemas: bool,
         f"[metrics]\nport = {metrics_port}\n"
         f'[[tables]]\nname = "{DATABASE}.{table}"\ntopic = "{topic}"\nalias = "{alias}"\n'
         + hints
-        + (f"where = {orjson.dumps(where).decode()}\n" if where else "")
+        + (f"{shaping[0]} = {orjson.dumps(shaping[1]).decode()}\n" if shaping else "")
     )
     return path, group, alias
 
@@ -212,13 +214,14 @@ def free_port() -> int:
 
 
 async def run_daemon(table: str, topic: str, n: int, schemas: bool,
-                     checkout: Path | None = None, where: str | None = None) -> DaemonRun:
+                     checkout: Path | None = None, shaping: tuple[str, str] | None = None,
+                     ) -> DaemonRun:
     """`indexer run` draining the topic: this checkout's, or another's with its own .venv;
-    with ``where``, indexing only the rows it keeps."""
+    with ``shaping`` (a table setting: where or transform and its value), shaped by it."""
     python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        config, group, alias = write_config(Path(tmp), table, topic, schemas, port, where)
+        config, group, alias = write_config(Path(tmp), table, topic, schemas, port, shaping)
         proc = await asyncio.create_subprocess_exec(
             "taskset", "-c", CLIENT_CORE, python, "-m", "indexer", "run",
             "--config", str(config), "--log-level", "INFO", cwd=checkout or REPO,
@@ -268,7 +271,7 @@ async def _drain(stream: asyncio.StreamReader) -> list[str]:
 
 
 async def main(n: int, modes: list[bool], baseline: Path | None,
-               rules: Sequence[tuple[str, str]] = ()) -> None:
+               shapes: Sequence[tuple[str, tuple[str, str]]] = ()) -> None:
     pin_protocol()
     try:
         db = mysql()
@@ -282,8 +285,8 @@ async def main(n: int, modes: list[bool], baseline: Path | None,
             run = await run_daemon(table, topic, n, schemas)
             base = (await run_daemon(table, topic, n, schemas, baseline)
                     if baseline else None)
-            ruled = [(label, await run_daemon(table, topic, n, schemas, where=where))
-                     for label, where in rules]
+            shaped = [(label, await run_daemon(table, topic, n, schemas, shaping=shaping))
+                      for label, shaping in shapes]
             after = await raw_ceiling(bodies, n)
             floor, floor_cpu = await io_floor(topic, n, bodies)
             del bodies
@@ -301,10 +304,11 @@ async def main(n: int, modes: list[bool], baseline: Path | None,
                       f"ratio {base.rate / ceiling:.2f} | CPU busy: {base.load}; indexer CPU "
                       f"{base.cpu_us:.1f} µs/event | this checkout / baseline: "
                       f"{run.cpu_us / base.cpu_us:.3f} of the CPU per event", flush=True)
-            for label, other in ruled:
-                print(f"{label:>16}: where {dict(rules)[label]} | indexer run {other.rate:,.0f} "
+            for label, other in shaped:
+                setting, value = dict(shapes)[label]
+                print(f"{label:>16}: {setting} {value} | indexer run {other.rate:,.0f} "
                       f"events/s | CPU busy: {other.load}; indexer CPU {other.cpu_us:.1f} "
-                      f"µs/event, {other.native:.0%} native | / no where: "
+                      f"µs/event, {other.native:.0%} native | / unshaped: "
                       f"{other.cpu_us / run.cpu_us:.3f} of the CPU per event, "
                       f"{other.rate / run.rate:.2f}x the events/s", flush=True)
             await delete_topic(topic)
@@ -336,19 +340,25 @@ def parse(argv: list[str] | None = None) -> Any:
     parser.add_argument("--baseline", type=Path, help="another checkout (with its own .venv) "
                         "whose daemon runs over the same events right after this one's")
     parser.add_argument("--where", action="append", default=[], metavar="LABEL=CONDITION",
-                        type=_rule, help="after the plain run, the daemon again over the same "
-                        "events with this table where (e.g. few='qty < 100': a tenth kept)")
+                        type=_shaping("where"), help="after the plain run, the daemon again "
+                        "over the same events with this table where (e.g. few='qty < 100': a "
+                        "tenth kept)")
+    parser.add_argument("--transform", action="append", default=[], metavar="LABEL=FUNCTION",
+                        type=_shaping("transform"), help="the same with this table transform "
+                        "(e.g. same=bench.shaping:unchanged)")
     return parser.parse_args(argv)
 
 
-def _rule(text: str) -> tuple[str, str]:
-    label, sep, where = text.partition("=")
-    if not sep or not label or not where:
-        raise argparse.ArgumentTypeError(f"expected LABEL=CONDITION, got {text!r}")
-    return label, where
+def _shaping(setting: str) -> Callable[[str], tuple[str, tuple[str, str]]]:
+    def parse_one(text: str) -> tuple[str, tuple[str, str]]:
+        label, sep, value = text.partition("=")
+        if not sep or not label or not value:
+            raise argparse.ArgumentTypeError(f"expected LABEL=VALUE, got {text!r}")
+        return label, (setting, value)
+    return parse_one
 
 
 if __name__ == "__main__":
     args = parse()
     modes = {"both": [True, False], "with": [True], "without": [False]}[args.schemas]
-    asyncio.run(main(args.events, modes, args.baseline, args.where))
+    asyncio.run(main(args.events, modes, args.baseline, [*args.where, *args.transform]))

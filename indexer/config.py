@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from indexer import transforms
 from indexer.condition_config import parse_rule
 from indexer.errors import ConfigError
 from indexer.join_config import parse_joins
@@ -282,7 +283,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
     allowed = {"name", "topic", "alias", "mapping", "version", "include", "exclude", "rename",
                "column_types", "new_columns", "changed_column", "lookups", "children", "where",
-               "deleted_when", "pipeline"}
+               "deleted_when", "pipeline", "transform"}
     for key in raw:
         if key not in allowed:
             known = ", ".join(sorted(allowed))
@@ -327,6 +328,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
                           f"{pipeline!r}")
     version = _version_source(str(raw.get("version", "binlog")), f"{where}.version")
     joins = parse_joins(raw, where, database, table, connector, _names, _check_identifier)
+    transform = _transform(raw.get("transform", ""), where, bool(joins))
     if joins and version.kind != "binlog":
         raise ConfigError(f"{where}.version: joined documents need binlog versions: a column's "
                           "version does not order changes across the tables of a document")
@@ -346,7 +348,25 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         joins=joins,
         rows=parse_rule(raw, where),
         pipeline=pipeline,
+        transform=transform,
     )
+
+
+def _transform(spec: Any, where: str, joined: bool) -> str:
+    """The function's name, imported now so that a typo stops the start, not the first row."""
+    if not isinstance(spec, str) or not spec:
+        if spec != "":
+            raise ConfigError(f"{where}.transform: expected \"package.module:function\", got "
+                              f"{spec!r}")
+        return ""
+    if joined:
+        raise ConfigError(f"{where}.transform: not available for joined documents yet; "
+                          "set it on a table without joins")
+    try:
+        transforms.load(spec)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc}") from exc
+    return spec
 
 
 def _check_unique(tables: tuple[TableConfig, ...]) -> None:

@@ -121,6 +121,10 @@ class DecodeError(Poison, ValueError):
         self.kind = kind
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type[DecodeError], tuple[str, str]]:
+        # Raised in a worker process (reconcile's), it crosses back by pickling.
+        return DecodeError, (self.kind, self.reason)
+
 
 class VersionError(DecodeError):
     """A change whose version cannot be packed."""

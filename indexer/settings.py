@@ -413,6 +413,9 @@ class TableConfig:
     # The search server's ingest pipeline every document write of the table goes through
     # (tombstones do not); "": none.
     pipeline: str = ""
+    # The user's function ("package.module:function") from the document to the document
+    # indexed (None: no document); "": none.
+    transform: str = ""
 
     @functools.cached_property
     def name(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from indexer import transforms
 from indexer.core import conditions
 from indexer.core.checksums import content_hash
 from indexer.core.events import Change
@@ -145,12 +146,14 @@ class DocumentBuilder:
         self._rename = dict(table.rename)
         self._rows = table.rows
         self._identity = not (self._include or self._exclude or self._rename)
+        self._spec = table.transform
+        self._transform = transforms.load(table.transform) if table.transform else None
 
     @property
     def identity(self) -> bool:
-        """Documents are the rows as they are, every row: no include, exclude, rename, where
-        or deleted_when."""
-        return self._identity and self._rows is None
+        """Documents are the rows as they are, every row: no include, exclude, rename, where,
+        deleted_when or transform."""
+        return self._identity and self._rows is None and self._transform is None
 
     def includes(self, column: str) -> bool:
         return not ((self._include and column not in self._include) or column in self._exclude)
@@ -168,10 +171,28 @@ class DocumentBuilder:
                 doc[self._rename.get(name, name)] = value
         return doc
 
+    def shaped(self, doc_id: str, row: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The document indexed for this row: projected, then transformed (None: no document;
+        what the transform raises is a :class:`DecodeError`)."""
+        document = row if self._identity else self.document(row)
+        if self._transform is None:
+            return document
+        return transforms.apply(self._transform, self._spec, doc_id, document)
+
+    def row_hash(self, key: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, int] | None:
+        """(id, content hash) of the row's document as written, None when it has none."""
+        doc_id = document_id(key)
+        document = self.shaped(doc_id, row)
+        return None if document is None else (doc_id, content_hash(document, self._spaced))
+
     def body(self, key: Mapping[str, Any], doc_id: str, row: Mapping[str, Any],
              spaced: bool = False) -> bytes:
         """The document, plus ``_indexer``: its content hash and chunk for reconciliation."""
         document = row if self._identity else self.document(row)
+        return self._body(key, doc_id, document, spaced)
+
+    def _body(self, key: Mapping[str, Any], doc_id: str, document: Mapping[str, Any],
+              spaced: bool) -> bytes:
         try:
             doc = orjson.dumps(document)
         except orjson.JSONEncodeError as exc:  # a malformed event: an integer past 64 bits
@@ -201,8 +222,8 @@ class DocumentBuilder:
             # version, back at a later one's when the row is indexed again.
             return Write(doc_id, version, tombstone(change.position.ts_ms), deleted=True)
         spaced = self._spaced or (self._by_connector and change.position.connector == "mysql")
-        return Write(doc_id, version, self.body(change.key, doc_id, change.after, spaced),
-                     deleted=False)
+        return self._write(change.key, doc_id, change.after, version, spaced,
+                           change.position.ts_ms)
 
     def stays_out(self, change: Change) -> bool:
         """The table's where or deleted_when left the row out before this change and still
@@ -218,9 +239,17 @@ class DocumentBuilder:
                                                  and not conditions.keeps(rule, change.after)))
 
     def write_for_row(self, key: Mapping[str, Any], row: Mapping[str, Any], version: int) -> Write:
-        doc_id = document_id(key)
-        return Write(doc_id, version, self.body(key, doc_id, row, self._spaced), deleted=False)
+        """The row's write (reindex, repairs)."""
+        return self._write(key, document_id(key), row, version, self._spaced, 0)
 
+    def _write(self, key: Mapping[str, Any], doc_id: str, row: Mapping[str, Any], version: int,
+               spaced: bool, deleted_at_ms: int) -> Write:
+        if self._transform is None:
+            return Write(doc_id, version, self.body(key, doc_id, row, spaced), deleted=False)
+        document = self.shaped(doc_id, row)
+        if document is None:  # no document: a tombstone, as for a row a where leaves out
+            return Write(doc_id, version, tombstone(deleted_at_ms), deleted=True)
+        return Write(doc_id, version, self._body(key, doc_id, document, spaced), deleted=False)
 
     def _change_version(self, change: Change, row: Mapping[str, Any], epoch: Epoch, *,
                         deleted: bool) -> int:

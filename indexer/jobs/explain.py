@@ -192,10 +192,14 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
     document, made_of = await asyncio.to_thread(reads.now, doc_id)
     row = _json(document) if document is not None else None
     left_out = None
-    if document is None and table.rows is not None:  # a row the rule leaves out, or none
+    if document is None and (table.rows is not None or table.transform):
+        # a row the rule or the transform leaves out, or none
         unruled = replace(layout, rows=None)
         found = await asyncio.to_thread(snapshots.rows_now, config.mysql, unruled, [doc_id])
-        left_out = conditions.left_out_by(table.rows, found[0][1]) if found else None
+        if found and table.rows is not None:
+            left_out = conditions.left_out_by(table.rows, found[0][1])
+        if found and left_out is None and table.transform:
+            left_out = f"transform {table.transform} returns None for it"
     registry = Registry()
     async with SearchClient(config.elasticsearch) as client:
         # Another table's documents under the alias would be judged against this one's rows.

@@ -27,7 +27,7 @@ from indexer.source.mysql import checksum_sql, schema, snapshots
 from indexer.source.mysql import trees as tree_sql
 from indexer.source.mysql.checksum_sql import ChunkSum
 from indexer.source.mysql.connection import connect
-from indexer.source.mysql.snapshots import Snapshot, SnapshotPosition
+from indexer.source.mysql.snapshots import Row, Snapshot, SnapshotPosition
 from indexer.source.mysql.trees import TreeRows
 
 Pages = Iterator[list[Write]]
@@ -87,8 +87,10 @@ def reads_for(config: Config, table: TableConfig) -> Reads:
     layout = conditions.bind(table.rows, schema.read_layout(config.mysql, table.database,
                                                              table.table), table.name)
     names = DocumentBuilder(table).field_names(c.name for c in layout.columns)
-    return RowReads(config, table, layout,
-                    [(names[c.name], c) for c in layout.columns if c.name in names])
+    fields = [(names[c.name], c) for c in layout.columns if c.name in names]
+    if table.transform:
+        return TransformedReads(config, table, layout, fields)
+    return RowReads(config, table, layout, fields)
 
 
 # --- a table's own rows ---------------------------------------------------------------------
@@ -172,6 +174,114 @@ class RowReads:
             return {document_id(key) for key, _ in snapshot.rows_for_ids(ids)}
         finally:
             snapshot.close()
+
+
+# --- a table's rows through its transform ------------------------------------------------------
+
+@dataclass
+class TransformedReads(RowReads):
+    """Rows whose documents a user's function makes: read as rows, hashed here as the daemon
+    hashes what it writes (what the function does cannot be summed in SQL). A row the
+    function gives no document is not counted; one it raises on stops the job with the
+    function's error (the stream dead-lettered that row)."""
+
+    @property
+    def exact_checksums(self) -> bool:
+        return True  # both sides hashed here, from documents made the same way
+
+    def _rows(self, where: str = "", args: Sequence[Any] = ()) -> Iterator[tuple[Row, Row]]:
+        snapshot = Snapshot(self.config.mysql, self.layout)
+        try:
+            for page in snapshot.rows(where, args):
+                yield from page
+        finally:
+            snapshot.close()
+
+    def _range(self, low: int | None, high: int | None) -> Iterator[tuple[Row, Row]]:
+        if low is None and high is None:
+            return self._rows()
+        return self._rows(*snapshots.key_range_where(self.layout, low, high))
+
+    def _hashes(self, rows: Iterator[tuple[Row, Row]] | list[tuple[Row, Row]],
+                ) -> Iterator[tuple[str, int]]:
+        builder = self.builder
+        for key, row in rows:
+            found = builder.row_hash(key, row)
+            if found is not None:
+                yield found
+
+    def _chunk(self, width: int, doc_id: str) -> int:
+        return int(doc_id) // width if width else key_bucket(doc_id)
+
+    def chunk_sums(self, width: int, first: int | None, last: int | None,
+                   ) -> dict[int, ChunkSum]:
+        low = None if first is None or not width else first * width
+        high = None if last is None or not width else (last + 1) * width - 1
+        rows: dict[int, int] = {}
+        sums: dict[int, int] = {}
+        for doc_id, found in self._hashes(self._range(low, high)):
+            chunk = self._chunk(width, doc_id)
+            rows[chunk] = rows.get(chunk, 0) + 1
+            sums[chunk] = sums.get(chunk, 0) + found
+        return {c: ChunkSum(c, n, sums[c]) for c, n in rows.items()}
+
+    async def slices_sums(self, width: int, slices: Sequence[tuple[int | None, int | None]],
+                          ) -> list[dict[int, ChunkSum]]:
+        """Side by side in processes of their own: the function runs in Python."""
+        if len(slices) <= 1:
+            return [await asyncio.to_thread(self.chunk_sums, width, a, b) for a, b in slices]
+        loop = asyncio.get_running_loop()
+        context = multiprocessing.get_context("spawn")  # not a fork of a running event loop
+        with ProcessPoolExecutor(max_workers=len(slices), mp_context=context) as pool:
+            return list(await asyncio.gather(*(
+                loop.run_in_executor(pool, transformed_chunk_sums, self.config, self.table,
+                                     width, a, b) for a, b in slices)))
+
+    def chunk_hashes(self, width: int, chunks: Sequence[int]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        if width:
+            for chunk in chunks:
+                found.update(self._hashes(self._range(chunk * width, (chunk + 1) * width - 1)))
+            return found
+        wanted = set(chunks)  # buckets of crc32(id): one pass over every row
+        return {i: h for i, h in self._hashes(self._rows()) if key_bucket(i) in wanted}
+
+    def _now(self, ids: Sequence[str]) -> list[tuple[Row, Row]]:
+        return snapshots.rows_now(self.config.mysql, self.layout, ids) if ids else []
+
+    def hashes_for_ids(self, ids: Sequence[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for start in range(0, len(ids), snapshots.IDS_PER_LOOKUP):
+            found.update(self._hashes(self._now(ids[start:start + snapshots.IDS_PER_LOOKUP])))
+        return found
+
+    def present(self, ids: Sequence[str]) -> set[str]:
+        return set(self.hashes_for_ids(ids))
+
+    def now(self, doc_id: str) -> tuple[dict[str, Any] | None, list[tuple[str, str, str]]]:
+        rows = self._now([doc_id])
+        if not rows:
+            return None, []
+        document = self.builder.shaped(doc_id, rows[0][1])
+        return (None if document is None else dict(document)), [("", self.table.name, doc_id)]
+
+    def what_differs(self, sources: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        builder = self.builder
+        mine: dict[str, dict[str, Any]] = {}
+        for key, row in self._now(list(sources)):
+            doc_id = document_id(key)
+            document = builder.shaped(doc_id, row)
+            if document is not None:
+                mine[doc_id] = _as_json(document)
+        return _stale_parts(mine, sources, flat=True)
+
+
+def transformed_chunk_sums(config: Config, table: TableConfig, width: int, first: int | None,
+                           last: int | None) -> dict[int, ChunkSum]:
+    """:meth:`TransformedReads.chunk_sums` in a worker process (which reads the layout)."""
+    reads = reads_for(config, table)
+    assert isinstance(reads, TransformedReads)
+    return reads.chunk_sums(width, first, last)
 
 
 # --- a table's joined documents ---------------------------------------------------------------

@@ -70,7 +70,9 @@ class SchemaWatch:
         layout = await self._read(table)
         if layout is not None:
             decoder.learn_types(column_hints(layout))
-            if table.new_columns == "map":
+            # A transform's fields are the function's, not the columns': the mapping is the
+            # user's (a column's type put under its name could refuse what the function makes).
+            if table.new_columns == "map" and not table.transform:
                 mapped, looked_at = await self._map_new_fields(table, change, layout)
                 if first and mapped and len(mapped) < looked_at:
                     # Columns added while indexer was not running: a change like any other.

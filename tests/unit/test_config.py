@@ -47,6 +47,13 @@ def test_file_plus_environment(tmp_path: Path) -> None:
     ({"tables": [TABLE | {"deleted_when": 1}]}, r"deleted_when: expected an SQL condition"),
     ({"tables": [TABLE | {"pipeline": "a b"}]}, r"tables\[shop.items\].pipeline: expected an"),
     ({"tables": [TABLE | {"pipeline": 3}]}, r"pipeline: expected an ingest pipeline's name"),
+    ({"tables": [TABLE | {"transform": 3}]}, r"transform: expected \"package.module:function"),
+    ({"tables": [TABLE | {"transform": "tests.nowhere:f"}]},
+     r"tables\[shop.items\].transform 'tests.nowhere:f': cannot import tests.nowhere"),
+    ({"tables": [TABLE | {"transform": "tests.transforms:priced",
+                          "children": {"lines": {"table": "shop.lines",
+                                                 "on": {"id": "order_id"}}}}]},
+     "not available for joined documents"),
     ({"tables": [TABLE, TABLE]}, "used by two tables"),
     ({"tables": [TABLE], "kafka": {"nope": 1}}, "kafka.nope: unknown"),
     ({"tables": [TABLE], "batch": {"max_events": "many"}}, "batch.max_events"),
@@ -73,6 +80,12 @@ def test_a_tables_ingest_pipeline(tmp_path: Path) -> None:
     config = build_config({"tables": [TABLE | {"pipeline": "enrich-v2.1"}, other]}, tmp_path)
     assert config.tables[0].pipeline == "enrich-v2.1" and config.tables[1].pipeline == ""
     assert config.pipelines == {config.tables[0].alias: "enrich-v2.1"}
+
+
+def test_a_tables_transform(tmp_path: Path) -> None:
+    config = build_config({"tables": [TABLE | {"transform": "tests.transforms:priced"}]},
+                          tmp_path)
+    assert config.tables[0].transform == "tests.transforms:priced"
 
 
 def test_connect_and_health_settings(tmp_path: Path) -> None:

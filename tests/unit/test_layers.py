@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).parents[2] / "indexer"
 # Lower numbers sit lower; a module may import from its own rank or below. The adapters share
 # a rank but not each other: a search-server module has no business with MySQL or Kafka.
 RANKS = {
-    "security": 0, "build": 0, "progress": 0, "errors": 0,
+    "security": 0, "build": 0, "progress": 0, "errors": 0, "transforms": 0,
     "settings": 1, "logs": 1, "outages": 1, "retrying": 1,
     "config": 2, "join_config": 2, "condition_config": 2, "metrics": 2,
     "core": 3,

@@ -1,0 +1,124 @@
+"""A table's transform on the real MariaDB and search server: the first load, the stream,
+reconcile with its repairs, explain and a reindex all index what the function makes; a row it
+returns None for leaves the index and comes back; a row it raises on is dead-lettered with
+the function's traceback while the stream goes on, and stops a reindex with one line."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from indexer.errors import DecodeError
+from indexer.jobs.explain import explain
+from indexer.jobs.reconcile import reconcile
+from indexer.jobs.reindex import reindex
+from indexer.search.client import SearchClient
+from indexer.search.dead_letters import DEAD_LETTER_INDEX
+from indexer.settings import Config
+from tests.integration import conftest
+from tests.integration.conftest import (
+    running,
+    sql,
+    unique,
+    wait_for_documents,
+    wait_until,
+)
+
+PEOPLE = ("id INT PRIMARY KEY, first VARCHAR(20), last VARCHAR(20), price DECIMAL(10,2), "
+          "status VARCHAR(10)")
+PRICED = "tests.transforms:priced"
+
+
+def expected(db: Any, table: str) -> dict[str, dict[str, Any]]:
+    """The documents, made in SQL by hand (not by the function under test)."""
+    rows = sql(db, f"SELECT id, first, last, CAST(price * 100 AS SIGNED), status FROM "
+                   f"`{table}` WHERE status <> 'hidden' ORDER BY id")
+    return {str(r[0]): {"id": r[0], "first": r[1], "last": r[2], "status": r[4],
+                        "full_name": f"{r[1]} {r[2]}", "cents": r[3]} for r in rows}
+
+
+def insert(db: Any, table: str, first: int, last: int) -> None:
+    with db.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{table}` VALUES (%s, %s, %s, %s, %s)",
+                        [(i, f"F{i}", f"L{i}", Decimal(i) / 4,
+                          "hidden" if i % 10 == 0 else "on") for i in range(first, last + 1)])
+
+
+async def test_every_job_indexes_what_the_transform_makes(
+        db: Any, es: SearchClient, make_table: Callable[..., conftest.TestTable],
+        make_config: Callable[..., Config]) -> None:
+    table = make_table(PEOPLE)
+    insert(db, table.name, 1, 300)
+    name = unique("it-transform")
+    config = make_config(table.entry(transform=PRICED), canary={"enabled": False},
+                         source={"kind": "binlog", "name": name})
+
+    async def letters() -> list[dict[str, Any]]:
+        with contextlib.suppress(Exception):
+            await es.refresh(DEAD_LETTER_INDEX)
+            found = await es.search(DEAD_LETTER_INDEX, {
+                "size": 10, "query": {"term": {"source": name}}, "sort": ["position"]})
+            return [hit["_source"] for hit in found["hits"]["hits"]]
+        return []
+
+    async def letter_count(n: int) -> bool:
+        return len(await letters()) == n
+
+    async with running(config):
+        await wait_for_documents(es, table.alias, expected(db, table.name))  # the first load
+        insert(db, table.name, 301, 350)
+        sql(db, f"UPDATE `{table.name}` SET first = 'Ada' WHERE id = 5")
+        sql(db, f"UPDATE `{table.name}` SET status = 'hidden' WHERE id IN (3, 4)")  # leave
+        sql(db, f"UPDATE `{table.name}` SET status = 'on' WHERE id = 20")  # comes back
+        sql(db, f"DELETE FROM `{table.name}` WHERE id = 7")
+        sql(db, f"UPDATE `{table.name}` SET price = -1 WHERE id = 8")  # the function raises
+        sql(db, f"UPDATE `{table.name}` SET last = 'Byron' WHERE id = 9")  # after it: written
+        await wait_until(lambda: letter_count(1), 60, "row 8's dead letter")
+        (letter,) = await letters()
+        assert letter["kind"] == "transform-failed", letter
+        assert "ValueError: negative price -1.00" in letter["reason"], letter
+        assert "tests/transforms.py" in letter["reason"], letter  # where it broke
+        want = expected(db, table.name)
+        want["8"] = {**want["8"], "cents": 200}  # as before the change it could not make
+        await wait_for_documents(es, table.alias, want)
+
+        # Reconcile builds the documents the same way; the row the function raises on stops it.
+        with pytest.raises(DecodeError, match="raised on row 8"):
+            await reconcile(config, config.tables[0], settle_s=0)
+        sql(db, f"UPDATE `{table.name}` SET price = 2 WHERE id = 8")  # the row fixed
+        await wait_for_documents(es, table.alias, expected(db, table.name))
+        assert (await reconcile(config, config.tables[0], settle_s=0)).clean
+
+        # Drift the stream did not make: a hidden row's document, a document gone, one stale.
+        tombstone = await es.request("GET", f"/{table.alias}-sync/_doc/30")  # the first load's
+        await es.request("PUT", f"/{table.alias}-sync/_doc/30?version_type=external&version="
+                         f"{tombstone['_version'] + 1}&refresh=true",
+                         {"id": 30, "status": "hidden"})
+        await es.request("DELETE", f"/{table.alias}-sync/_doc/11?refresh=true")
+        sql(db, "SET SESSION sql_log_bin = 0")  # changed behind the binlog's back
+        sql(db, f"UPDATE `{table.name}` SET first = 'Quiet' WHERE id = 12")
+        sql(db, "SET SESSION sql_log_bin = 1")
+        found = await reconcile(config, config.tables[0], settle_s=0)
+        assert (found.extra, found.missing, found.stale) == (["30"], ["11"], ["12"]), found
+        repaired = await reconcile(config, config.tables[0], settle_s=0, repair=True)
+        assert repaired.repaired is not None, repaired
+        assert (repaired.repaired["rewritten"], repaired.repaired["tombstoned"]) == (2, 1)
+        assert (await reconcile(config, config.tables[0], settle_s=0)).clean
+        await wait_for_documents(es, table.alias, expected(db, table.name))
+
+        said = (await explain(config, config.tables[0], "4")).verdict
+        assert said.in_sync and f"transform {PRICED} returns None" in said.summary, said
+        assert (await explain(config, config.tables[0], "12")).verdict.in_sync
+
+    result = await reindex(config, config.tables[0])
+    assert result.written == 350 - 1  # a tombstone for each hidden row, none for row 7
+    before = expected(db, table.name)
+    await wait_for_documents(es, table.alias, before)
+    sql(db, f"UPDATE `{table.name}` SET price = -3 WHERE id = 2")  # no daemon streams it
+    with pytest.raises(DecodeError, match="raised on row 2"):
+        await reindex(config, config.tables[0])
+    await wait_for_documents(es, table.alias, before)  # the live index kept
