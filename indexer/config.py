@@ -354,11 +354,11 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
 
 def _transform(spec: Any, where: str, joined: bool) -> str:
     """The function's name, imported now so that a typo stops the start, not the first row."""
-    if not isinstance(spec, str) or not spec:
-        if spec != "":
-            raise ConfigError(f"{where}.transform: expected \"package.module:function\", got "
-                              f"{spec!r}")
+    if spec == "":
         return ""
+    if not isinstance(spec, str):
+        raise ConfigError(f"{where}.transform: expected \"package.module:function\", got "
+                          f"{spec!r}")
     if joined:
         raise ConfigError(f"{where}.transform: not available for joined documents yet; "
                           "set it on a table without joins")
