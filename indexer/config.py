@@ -328,7 +328,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
                           f"{pipeline!r}")
     version = _version_source(str(raw.get("version", "binlog")), f"{where}.version")
     joins = parse_joins(raw, where, database, table, connector, _names, _check_identifier)
-    transform = _transform(raw.get("transform", ""), where, bool(joins))
+    transform = _transform(raw.get("transform", ""), where)
     if joins and version.kind != "binlog":
         raise ConfigError(f"{where}.version: joined documents need binlog versions: a column's "
                           "version does not order changes across the tables of a document")
@@ -352,16 +352,13 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
     )
 
 
-def _transform(spec: Any, where: str, joined: bool) -> str:
+def _transform(spec: Any, where: str) -> str:
     """The function's name, imported now so that a typo stops the start, not the first row."""
     if spec == "":
         return ""
     if not isinstance(spec, str):
         raise ConfigError(f"{where}.transform: expected \"package.module:function\", got "
                           f"{spec!r}")
-    if joined:
-        raise ConfigError(f"{where}.transform: not available for joined documents yet; "
-                          "set it on a table without joins")
     try:
         transforms.load(spec)
     except ConfigError as exc:

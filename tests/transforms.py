@@ -30,3 +30,14 @@ def claims_indexer(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 NOT_CALLABLE = 3
+
+
+def shelf(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """A joined product: the grams of its variants summed, none without variants; a product
+    named "boom" is a bug this function does not handle."""
+    if doc["name"] == "boom":
+        raise RuntimeError("boom")
+    if not doc["variants"]:
+        return None
+    doc["grams"] = sum(v["grams"] or 0 for v in doc["variants"])
+    return doc

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
+from indexer import transforms
 from indexer.core.checksums import content_hash
 from indexer.core.documents import META_FIELD, Write, chunk_field, document_id, tombstone
 from indexer.core.layout import Column, Flavor, TableLayout
@@ -85,6 +86,8 @@ class Tree:
     by_table: Mapping[str, tuple[Node, ...]] = field(default_factory=dict)  # build() fills it
     # The root table's where and deleted_when: a root row they leave out has no document.
     rows: RowRule | None = None
+    # The root table's transform ("package.module:function"), applied to each whole document.
+    transform: str = ""
 
     @property
     def root(self) -> Node:
@@ -184,7 +187,7 @@ def build(table: TableConfig, layouts: Mapping[str, TableLayout]) -> Tree:
     for node in nodes:
         by_table[node.full_name] = (*by_table.get(node.full_name, ()), node)
     return Tree(table.alias, tuple(nodes), layouts[table.name].flavor, below, by_table,
-                table.rows)
+                table.rows, table.transform)
 
 
 # --- the walk up: from a changed row to the documents it is part of ------------------------
@@ -356,7 +359,10 @@ def wanted_values(node: Node, parents: Iterable[Row]) -> set[Values]:
 def assemble(tree: Tree, roots: Sequence[tuple[Row, Row | None]],
              matches: Mapping[int, Matches], trace: bool = False) -> list[Assembled]:
     """The documents of these roots ((key, row or None when gone)) from every node's rows;
-    with ``trace``, each lists the rows it is made of."""
+    with ``trace``, each lists the rows it is made of. A document the tree's transform gives
+    no document is as a root row gone; what the transform raises is raised (a
+    :class:`DecodeError`: the rebuild dead-letters the changes behind that document)."""
+    function = transforms.load(tree.transform) if tree.transform else None
     documents = []
     for key, row in roots:
         if row is None:
@@ -365,7 +371,11 @@ def assemble(tree: Tree, roots: Sequence[tuple[Row, Row | None]],
         refs: set[str] = set()
         truncated: set[str] = set()
         used: list[tuple[str, str, str]] | None = [] if trace else None
-        document = _object(tree, tree.root, row, matches, refs, truncated, used)
+        document: dict[str, Any] | None = _object(tree, tree.root, row, matches, refs,
+                                                  truncated, used)
+        if function is not None and document is not None:
+            shaped = transforms.apply(function, tree.transform, document_id(key), document)
+            document = None if shaped is None else dict(shaped)
         documents.append(Assembled(key, document, sorted(refs), sorted(truncated), used or []))
     return documents
 

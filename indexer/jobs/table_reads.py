@@ -347,6 +347,8 @@ class TreeReads:
         rows: dict[int, int] = {}
         sums: dict[int, int] = {}
         for assembled in self._documents(low, high):
+            if assembled.document is None:  # its transform gives none
+                continue
             chunk = self._chunk(width, assembled)
             rows[chunk] = rows.get(chunk, 0) + 1
             sums[chunk] = sums.get(chunk, 0) + _hash(assembled)
@@ -371,12 +373,13 @@ class TreeReads:
         if width:
             for chunk in chunks:
                 for assembled in self._documents(chunk * width, (chunk + 1) * width - 1):
-                    found[document_id(assembled.key)] = _hash(assembled)
+                    if assembled.document is not None:
+                        found[document_id(assembled.key)] = _hash(assembled)
             return found
         wanted = set(chunks)  # buckets of crc32(id): one pass over every document
         for assembled in self._documents():
             doc_id = document_id(assembled.key)
-            if key_bucket(doc_id) in wanted:
+            if assembled.document is not None and key_bucket(doc_id) in wanted:
                 found[doc_id] = _hash(assembled)
         return found
 

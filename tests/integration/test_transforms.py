@@ -1,13 +1,15 @@
 """A table's transform on the real MariaDB and search server: the first load, the stream,
 reconcile with its repairs, explain and a reindex all index what the function makes; a row it
 returns None for leaves the index and comes back; a row it raises on is dead-lettered with
-the function's traceback while the stream goes on, and stops a reindex with one line."""
+the function's traceback while the stream goes on, and stops a reindex with one line. Joined
+documents go through it whole."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ from tests.integration.conftest import (
     wait_for_documents,
     wait_until,
 )
+from tests.integration.test_joins import create_shop, drop_shop
 
 PEOPLE = ("id INT PRIMARY KEY, first VARCHAR(20), last VARCHAR(20), price DECIMAL(10,2), "
           "status VARCHAR(10)")
@@ -132,3 +135,54 @@ async def test_every_job_indexes_what_the_transform_makes(
     with pytest.raises(DecodeError, match="raised on row 2"):
         await reindex(config, config.tables[0])
     await wait_for_documents(es, table.alias, before)  # the live index kept
+
+
+async def test_a_joined_documents_transform_follows_its_joins(
+        db: Any, es: SearchClient, tmp_path: Path, make_config: Callable[..., Config]) -> None:
+    """The whole document goes through the function: a product without variants has none
+    until one is added; a child's change reaches the computed field; a document the function
+    raises on dead-letters the changes behind it while the others are rebuilt."""
+    shop = create_shop(db, tmp_path)
+    t = shop.t
+    name = unique("it-transform")
+
+    def shaped(db: Any) -> dict[str, dict[str, Any]]:
+        """By hand, as tests.transforms:shelf says."""
+        return {i: {**doc, "grams": sum(v["grams"] or 0 for v in doc["variants"])}
+                for i, doc in shop.expected(db).items() if doc["variants"]}
+
+    config = make_config(shop.entry(transform="tests.transforms:shelf"),
+                         source={"kind": "binlog", "name": name}, canary={"enabled": False})
+    try:
+        async with running(config):
+            await wait_for_documents(es, shop.alias, shaped(db), timeout=90)
+            sql(db, f"INSERT INTO {t('products')} VALUES (7, 'bare', 1.00, 2, 1)")  # no variant
+            sql(db, f"UPDATE {t('variants')} SET grams = 7 WHERE product_id = 2")
+            await wait_for_documents(es, shop.alias, shaped(db), timeout=60)
+            assert "7" not in shaped(db)
+            sql(db, f"INSERT INTO {t('variants')} VALUES (71, 7, 'sku-0', 50, 1)")
+            before = shaped(db)
+            sql(db, f"UPDATE {t('products')} SET name = 'boom' WHERE id = 3")
+            sql(db, f"UPDATE {t('variants')} SET grams = 9 WHERE product_id = 4")
+            want = {**shaped(db), "3": before["3"]}  # kept as it was: its rebuild failed
+            await wait_for_documents(es, shop.alias, want, timeout=60)
+            assert want["7"]["grams"] == 50
+
+            async def lettered() -> bool:
+                with contextlib.suppress(Exception):
+                    await es.refresh(DEAD_LETTER_INDEX)
+                    hits = await es.search(DEAD_LETTER_INDEX, {
+                        "size": 10, "query": {"term": {"source": name}}})
+                    return any("RuntimeError: boom" in h["_source"]["reason"]
+                               for h in hits["hits"]["hits"])
+                return False
+
+            await wait_until(lettered, 60, "product 3's dead letter")
+            sql(db, f"UPDATE {t('products')} SET name = 'fixed' WHERE id = 3")
+            await wait_for_documents(es, shop.alias, shaped(db), timeout=60)
+        report = await reconcile(config, config.tables[0], settle_s=0)
+        assert report.clean, report.as_json()
+    finally:
+        drop_shop(db, shop)
+        with contextlib.suppress(Exception):
+            await es.delete_matching(f"{shop.alias}-v*")

@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from indexer.config import build_config
 from indexer.core import compare, trees
 from indexer.core.documents import document_id
 from indexer.core.layout import Column, Index, TableLayout
 from indexer.core.trees import Matches
+from indexer.errors import DecodeError
 from indexer.settings import TableConfig
 
 
@@ -157,6 +159,22 @@ def test_documents_from_rows() -> None:
                     "refs": sencha.refs, "truncated": ["variants"]}
     tombstone = trees.write_for(gone, 43, 1000)
     assert tombstone.deleted and orjson.loads(tombstone.source)["_indexer"]["deleted"]
+
+
+def test_a_transform_gets_the_whole_document() -> None:
+    tree = trees.build(products(transform="tests.transforms:shelf"), LAYOUTS)
+    rows = {1: matches([]), 2: matches([((7,), {"id": 70, "product_id": 7, "grams": 100,
+                                                "colour_id": None})]),
+            3: matches([]), 4: matches([]), 5: matches([])}
+    roots = [({"id": 7}, {"id": 7, "name": "Sencha", "category_id": None}),
+             ({"id": 8}, {"id": 8, "name": "Lone", "category_id": None})]
+    sencha, lone = trees.assemble(tree, roots, rows)
+    assert sencha.document is not None and sencha.document["grams"] == 100
+    assert lone.document is None  # no variants: no document, a tombstone
+    assert trees.write_for(lone, 5, 0).deleted
+    boom = [({"id": 7}, {"id": 7, "name": "boom", "category_id": None})]
+    with pytest.raises(DecodeError, match="raised on row 7: RuntimeError: boom"):
+        trees.assemble(tree, boom, rows)
 
 
 def test_the_hash_sees_every_part() -> None:
