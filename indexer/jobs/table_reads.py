@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -176,10 +176,66 @@ class RowReads:
             snapshot.close()
 
 
+# --- documents hashed here (a transform's, joined ones) -----------------------------------------
+
+class _HashedHere:
+    """Chunk sums and hashes of documents made and hashed in Python, as the daemon makes and
+    hashes what it writes, for reads whose documents the server cannot checksum in SQL.
+    :meth:`_hashed` gives (id, hash) of each document whose root key is in a range."""
+
+    config: Config
+    table: TableConfig
+
+    def _hashed(self, low: int | None = None, high: int | None = None,
+                ) -> Iterator[tuple[str, int]]:
+        raise NotImplementedError
+
+    def chunk_sums(self, width: int, first: int | None, last: int | None,
+                   ) -> dict[int, ChunkSum]:
+        low = None if first is None or not width else first * width
+        high = None if last is None or not width else (last + 1) * width - 1
+        rows: dict[int, int] = {}
+        sums: dict[int, int] = {}
+        for doc_id, found in self._hashed(low, high):
+            chunk = int(doc_id) // width if width else key_bucket(doc_id)
+            rows[chunk] = rows.get(chunk, 0) + 1
+            sums[chunk] = sums.get(chunk, 0) + found
+        return {c: ChunkSum(c, n, sums[c]) for c, n in rows.items()}
+
+    async def slices_sums(self, width: int, slices: Sequence[tuple[int | None, int | None]],
+                          ) -> list[dict[int, ChunkSum]]:
+        """Side by side in processes of their own: making documents is Python work, which
+        threads would take turns at (one process reads ~14k joined documents of 5 children a
+        second; MariaDB's part is a quarter of that)."""
+        if len(slices) <= 1:
+            return [await asyncio.to_thread(self.chunk_sums, width, a, b) for a, b in slices]
+        loop = asyncio.get_running_loop()
+        context = multiprocessing.get_context("spawn")  # not a fork of a running event loop
+        with ProcessPoolExecutor(max_workers=len(slices), mp_context=context) as pool:
+            return list(await asyncio.gather(*(
+                loop.run_in_executor(pool, hashed_chunk_sums, self.config, self.table, width,
+                                     a, b) for a, b in slices)))
+
+    def chunk_hashes(self, width: int, chunks: Sequence[int]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        if width:
+            for chunk in chunks:
+                found.update(self._hashed(chunk * width, (chunk + 1) * width - 1))
+            return found
+        wanted = set(chunks)  # buckets of crc32(id): one pass over every document
+        return {i: h for i, h in self._hashed() if key_bucket(i) in wanted}
+
+
+def hashed_chunk_sums(config: Config, table: TableConfig, width: int, first: int | None,
+                      last: int | None) -> dict[int, ChunkSum]:
+    """:meth:`_HashedHere.chunk_sums` in a worker process (which reads the layouts itself)."""
+    return reads_for(config, table).chunk_sums(width, first, last)
+
+
 # --- a table's rows through its transform ------------------------------------------------------
 
 @dataclass
-class TransformedReads(RowReads):
+class TransformedReads(_HashedHere, RowReads):
     """Rows whose documents a user's function makes: read as rows, hashed here as the daemon
     hashes what it writes (what the function does cannot be summed in SQL). A row the
     function gives no document is not counted; one it raises on stops the job with the
@@ -197,54 +253,18 @@ class TransformedReads(RowReads):
         finally:
             snapshot.close()
 
-    def _range(self, low: int | None, high: int | None) -> Iterator[tuple[Row, Row]]:
-        if low is None and high is None:
-            return self._rows()
-        return self._rows(*snapshots.key_range_where(self.layout, low, high))
-
-    def _hashes(self, rows: Iterator[tuple[Row, Row]] | list[tuple[Row, Row]],
+    def _hashed(self, low: int | None = None, high: int | None = None,
                 ) -> Iterator[tuple[str, int]]:
+        if low is None and high is None:
+            return self._hashes(self._rows())
+        return self._hashes(self._rows(*snapshots.key_range_where(self.layout, low, high)))
+
+    def _hashes(self, rows: Iterable[tuple[Row, Row]]) -> Iterator[tuple[str, int]]:
         builder = self.builder
         for key, row in rows:
             found = builder.row_hash(key, row)
             if found is not None:
                 yield found
-
-    def _chunk(self, width: int, doc_id: str) -> int:
-        return int(doc_id) // width if width else key_bucket(doc_id)
-
-    def chunk_sums(self, width: int, first: int | None, last: int | None,
-                   ) -> dict[int, ChunkSum]:
-        low = None if first is None or not width else first * width
-        high = None if last is None or not width else (last + 1) * width - 1
-        rows: dict[int, int] = {}
-        sums: dict[int, int] = {}
-        for doc_id, found in self._hashes(self._range(low, high)):
-            chunk = self._chunk(width, doc_id)
-            rows[chunk] = rows.get(chunk, 0) + 1
-            sums[chunk] = sums.get(chunk, 0) + found
-        return {c: ChunkSum(c, n, sums[c]) for c, n in rows.items()}
-
-    async def slices_sums(self, width: int, slices: Sequence[tuple[int | None, int | None]],
-                          ) -> list[dict[int, ChunkSum]]:
-        """Side by side in processes of their own: the function runs in Python."""
-        if len(slices) <= 1:
-            return [await asyncio.to_thread(self.chunk_sums, width, a, b) for a, b in slices]
-        loop = asyncio.get_running_loop()
-        context = multiprocessing.get_context("spawn")  # not a fork of a running event loop
-        with ProcessPoolExecutor(max_workers=len(slices), mp_context=context) as pool:
-            return list(await asyncio.gather(*(
-                loop.run_in_executor(pool, transformed_chunk_sums, self.config, self.table,
-                                     width, a, b) for a, b in slices)))
-
-    def chunk_hashes(self, width: int, chunks: Sequence[int]) -> dict[str, int]:
-        found: dict[str, int] = {}
-        if width:
-            for chunk in chunks:
-                found.update(self._hashes(self._range(chunk * width, (chunk + 1) * width - 1)))
-            return found
-        wanted = set(chunks)  # buckets of crc32(id): one pass over every row
-        return {i: h for i, h in self._hashes(self._rows()) if key_bucket(i) in wanted}
 
     def _now(self, ids: Sequence[str]) -> list[tuple[Row, Row]]:
         return snapshots.rows_now(self.config.mysql, self.layout, ids) if ids else []
@@ -274,14 +294,6 @@ class TransformedReads(RowReads):
             if document is not None:
                 mine[doc_id] = _as_json(document)
         return _stale_parts(mine, sources, flat=True)
-
-
-def transformed_chunk_sums(config: Config, table: TableConfig, width: int, first: int | None,
-                           last: int | None) -> dict[int, ChunkSum]:
-    """:meth:`TransformedReads.chunk_sums` in a worker process (which reads the layout)."""
-    reads = reads_for(config, table)
-    assert isinstance(reads, TransformedReads)
-    return reads.chunk_sums(width, first, last)
 
 
 # --- a table's joined documents ---------------------------------------------------------------
@@ -314,7 +326,7 @@ class _TreeSnapshot:
 
 
 @dataclass
-class TreeReads:
+class TreeReads(_HashedHere):
     config: Config
     tree: Tree
     table: TableConfig
@@ -338,56 +350,13 @@ class TreeReads:
         finally:
             conn.close()
 
-    def chunk_sums(self, width: int, first: int | None, last: int | None,
-                   ) -> dict[int, ChunkSum]:
-        """Documents and their hashes per chunk: every document assembled as the daemon
-        writes it and hashed (what a joined document is cannot be summed in SQL)."""
-        low = None if first is None or not width else first * width
-        high = None if last is None or not width else (last + 1) * width - 1
-        rows: dict[int, int] = {}
-        sums: dict[int, int] = {}
+    def _hashed(self, low: int | None = None, high: int | None = None,
+                ) -> Iterator[tuple[str, int]]:
+        """Every document assembled as the daemon writes it, and its hash (what a joined
+        document is cannot be summed in SQL); a root its transform gives none is left out."""
         for assembled in self._documents(low, high):
-            if assembled.document is None:  # its transform gives none
-                continue
-            chunk = self._chunk(width, assembled)
-            rows[chunk] = rows.get(chunk, 0) + 1
-            sums[chunk] = sums.get(chunk, 0) + _hash(assembled)
-        return {c: ChunkSum(c, n, sums[c]) for c, n in rows.items()}
-
-    async def slices_sums(self, width: int, slices: Sequence[tuple[int | None, int | None]],
-                          ) -> list[dict[int, ChunkSum]]:
-        """Side by side in processes of their own: assembling documents is Python work, which
-        threads would take turns at (one process reads ~14k documents of 5 children a
-        second; MariaDB's part is a quarter of that)."""
-        if len(slices) <= 1:
-            return [await asyncio.to_thread(self.chunk_sums, width, a, b) for a, b in slices]
-        loop = asyncio.get_running_loop()
-        context = multiprocessing.get_context("spawn")  # not a fork of a running event loop
-        with ProcessPoolExecutor(max_workers=len(slices), mp_context=context) as pool:
-            return list(await asyncio.gather(*(
-                loop.run_in_executor(pool, tree_chunk_sums, self.config, self.table, width, a, b)
-                for a, b in slices)))
-
-    def chunk_hashes(self, width: int, chunks: Sequence[int]) -> dict[str, int]:
-        found: dict[str, int] = {}
-        if width:
-            for chunk in chunks:
-                for assembled in self._documents(chunk * width, (chunk + 1) * width - 1):
-                    if assembled.document is not None:
-                        found[document_id(assembled.key)] = _hash(assembled)
-            return found
-        wanted = set(chunks)  # buckets of crc32(id): one pass over every document
-        for assembled in self._documents():
-            doc_id = document_id(assembled.key)
-            if assembled.document is not None and key_bucket(doc_id) in wanted:
-                found[doc_id] = _hash(assembled)
-        return found
-
-    def _chunk(self, width: int, assembled: Assembled) -> int:
-        if width:
-            (value,) = assembled.key.values()
-            return int(value) // width
-        return key_bucket(document_id(assembled.key))
+            if assembled.document is not None:
+                yield document_id(assembled.key), _hash(assembled)
 
     def _by_ids(self, ids: Sequence[str], trace: bool = False) -> list[Assembled]:
         tree = self.tree
@@ -420,13 +389,6 @@ class TreeReads:
         mine = {document_id(a.key): _as_json(a.document) for a in self._by_ids(list(sources))
                 if a.document is not None}
         return _stale_parts(mine, sources, flat=False)
-
-
-def tree_chunk_sums(config: Config, table: TableConfig, width: int, first: int | None,
-                    last: int | None) -> dict[int, ChunkSum]:
-    """:meth:`TreeReads.chunk_sums` in a worker process (which reads the tree itself)."""
-    return TreeReads(config, tree_sql.load_tree(config.mysql, table), table).chunk_sums(
-        width, first, last)
 
 
 def _stale_parts(mine: Mapping[str, Mapping[str, Any]],
