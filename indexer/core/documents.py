@@ -185,14 +185,9 @@ class DocumentBuilder:
         document = self.shaped(doc_id, row)
         return None if document is None else (doc_id, content_hash(document, self._spaced))
 
-    def body(self, key: Mapping[str, Any], doc_id: str, row: Mapping[str, Any],
-             spaced: bool = False) -> bytes:
+    def body(self, key: Mapping[str, Any], doc_id: str, document: Mapping[str, Any],
+             spaced: bool) -> bytes:
         """The document, plus ``_indexer``: its content hash and chunk for reconciliation."""
-        document = row if self._identity else self.document(row)
-        return self._body(key, doc_id, document, spaced)
-
-    def _body(self, key: Mapping[str, Any], doc_id: str, document: Mapping[str, Any],
-              spaced: bool) -> bytes:
         try:
             doc = orjson.dumps(document)
         except orjson.JSONEncodeError as exc:  # a malformed event: an integer past 64 bits
@@ -244,12 +239,10 @@ class DocumentBuilder:
 
     def _write(self, key: Mapping[str, Any], doc_id: str, row: Mapping[str, Any], version: int,
                spaced: bool, deleted_at_ms: int) -> Write:
-        if self._transform is None:
-            return Write(doc_id, version, self.body(key, doc_id, row, spaced), deleted=False)
         document = self.shaped(doc_id, row)
-        if document is None:  # no document: a tombstone, as for a row a where leaves out
+        if document is None:  # the transform's no: a tombstone, as for a row a where leaves out
             return Write(doc_id, version, tombstone(deleted_at_ms), deleted=True)
-        return Write(doc_id, version, self._body(key, doc_id, document, spaced), deleted=False)
+        return Write(doc_id, version, self.body(key, doc_id, document, spaced), deleted=False)
 
     def _change_version(self, change: Change, row: Mapping[str, Any], epoch: Epoch, *,
                         deleted: bool) -> int:
