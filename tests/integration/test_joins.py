@@ -192,15 +192,26 @@ def drop_shop(db: Any, shop: Shop) -> None:
     sql(db, "SET FOREIGN_KEY_CHECKS = 1")
 
 
+@contextlib.asynccontextmanager
+async def made_shop(db: Any, es: SearchClient, tmp_path: Path,
+                    **options: Any) -> AsyncIterator[Shop]:
+    """The shop's tables for one test (``create_shop``'s options), dropped with its indices
+    after it."""
+    made = create_shop(db, tmp_path, **options)
+    try:
+        yield made
+    finally:
+        drop_shop(db, made)
+        with contextlib.suppress(Exception):
+            await es.delete_matching(f"{made.alias}-v*")
+
+
 @pytest.fixture
 async def shop(db: Any, es: SearchClient, tmp_path: Path) -> AsyncIterator[Shop]:
-    made = create_shop(db, tmp_path)
-    for topic in made.topics():
-        await wait_for_topic(topic)
-    yield made
-    drop_shop(db, made)
-    with contextlib.suppress(Exception):
-        await es.delete_matching(f"{made.alias}-v*")
+    async with made_shop(db, es, tmp_path) as made:
+        for topic in made.topics():
+            await wait_for_topic(topic)
+        yield made
 
 
 @contextlib.asynccontextmanager
@@ -283,8 +294,7 @@ async def test_every_change_kind_rebuilds_exactly_the_touched_documents(
 async def test_a_fan_out_killed_mid_way_loses_nothing(
         db: Any, es: SearchClient, tmp_path: Path, make_config: Any, spawn: Any) -> None:
     products = rebuilds.FANOUT_ROOTS * 6
-    shop = create_shop(db, tmp_path, products=products)
-    try:
+    async with made_shop(db, es, tmp_path, products=products) as shop:
         for topic in shop.topics():
             await wait_for_topic(topic)
         config_file = tmp_path / "indexer.toml"
@@ -332,10 +342,6 @@ async def test_a_fan_out_killed_mid_way_loses_nothing(
         # Three chunks of documents: their sums are read by two worker processes.
         report = await reconcile(config, config.tables[0], settle_s=0)
         assert report.clean and report.rows == products and report.chunks > 1
-    finally:
-        drop_shop(db, shop)
-        with contextlib.suppress(Exception):
-            await es.delete_matching(f"{shop.alias}-v*")
 
 
 class Writer:
@@ -372,8 +378,7 @@ class Writer:
 
 async def test_a_reindex_during_writes_to_every_table_builds_the_streamed_documents(
         db: Any, es: SearchClient, tmp_path: Path, make_config: Any) -> None:
-    shop = create_shop(db, tmp_path, products=30)
-    try:
+    async with made_shop(db, es, tmp_path, products=30) as shop:
         for topic in shop.topics():
             await wait_for_topic(topic)
         config = make_config(shop.entry())
@@ -396,10 +401,6 @@ async def test_a_reindex_during_writes_to_every_table_builds_the_streamed_docume
             await settled(db, es, shop, timeout=90)
         report = await reconcile(config, config.tables[0], settle_s=0)
         assert report.clean, report.as_json()
-    finally:
-        drop_shop(db, shop)
-        with contextlib.suppress(Exception):
-            await es.delete_matching(f"{shop.alias}-v*")
 
 
 async def _sources(es: SearchClient, alias: str) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from tests.integration.conftest import (
     wait_for_documents,
     wait_until,
 )
-from tests.integration.test_joins import create_shop, drop_shop
+from tests.integration.test_joins import made_shop
 
 ITEMS = "id INT PRIMARY KEY, name VARCHAR(20), gone_at DATETIME NULL"
 
@@ -121,11 +121,10 @@ async def test_every_document_write_goes_through_the_pipeline_and_no_tombstone_d
 async def test_joined_documents_go_through_their_tables_pipeline(
         db: Any, es: SearchClient, tmp_path: Path, pipeline: str,
         make_config: Callable[..., Config]) -> None:
-    shop = create_shop(db, tmp_path)
-    config = make_config(shop.entry(pipeline=pipeline),
-                         source={"kind": "binlog", "name": unique("it-pipe")},
-                         canary={"enabled": False})
-    try:
+    async with made_shop(db, es, tmp_path) as shop:
+        config = make_config(shop.entry(pipeline=pipeline),
+                             source={"kind": "binlog", "name": unique("it-pipe")},
+                             canary={"enabled": False})
         async with running(config):
             await wait_for_documents(es, shop.alias, shop.expected(db), timeout=90)
             loaded = await ingested(es, pipeline)
@@ -135,10 +134,6 @@ async def test_joined_documents_go_through_their_tables_pipeline(
             assert await ingested(es, pipeline) > loaded  # the rebuilt document
         report = await reconcile(config, config.tables[0], settle_s=0)
         assert report.clean, report.as_json()
-    finally:
-        drop_shop(db, shop)
-        with contextlib.suppress(Exception):
-            await es.delete_matching(f"{shop.alias}-v*")
 
 
 async def test_a_processor_that_fails_dead_letters_the_row_with_the_servers_reason(

@@ -5,7 +5,6 @@ and reconcile (with its repairs) index exactly the rows the rule keeps."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -31,7 +30,7 @@ from tests.integration.conftest import (
     unique,
     wait_for_documents,
 )
-from tests.integration.test_joins import create_shop, drop_shop
+from tests.integration.test_joins import made_shop
 
 TYPES = """id INT PRIMARY KEY, ti TINYINT, si SMALLINT, mi MEDIUMINT UNSIGNED, i INT,
     bi BIGINT UNSIGNED, y YEAR, d DECIMAL(12,3), c CHAR(5) CHARACTER SET latin1,
@@ -172,17 +171,16 @@ async def test_a_joined_documents_root_rule_holds_through_its_joins_changes(
     """Products over 3.00 with a category: a category deleted sets its products' category to
     NULL by a cascade the binlog does not carry, and their documents go; a child's change
     does not bring back a document its root's rule leaves out."""
-    shop = create_shop(db, tmp_path)
-    t = shop.t
+    async with made_shop(db, es, tmp_path) as shop:
+        t = shop.t
 
-    def indexed() -> dict[str, dict[str, Any]]:
-        return {i: doc for i, doc in shop.expected(db).items()
-                if Decimal(doc["price"]) > 3 and doc["category_id"] is not None}
+        def indexed() -> dict[str, dict[str, Any]]:
+            return {i: doc for i, doc in shop.expected(db).items()
+                    if Decimal(doc["price"]) > 3 and doc["category_id"] is not None}
 
-    config = make_config(shop.entry(where="price > 3", deleted_when="category_id IS NULL"),
-                         source={"kind": "binlog", "name": unique("it-rules")},
-                         canary={"enabled": False})
-    try:
+        config = make_config(shop.entry(where="price > 3", deleted_when="category_id IS NULL"),
+                             source={"kind": "binlog", "name": unique("it-rules")},
+                             canary={"enabled": False})
         async with running(config):
             await wait_for_documents(es, shop.alias, indexed(), timeout=90)
             assert set(indexed()) == {"3", "4", "5", "6"}
@@ -194,7 +192,3 @@ async def test_a_joined_documents_root_rule_holds_through_its_joins_changes(
             assert set(indexed()) == {"1", "3", "6"}
         report = await reconcile(config, config.tables[0], settle_s=0)
         assert report.clean, report.as_json()
-    finally:
-        drop_shop(db, shop)
-        with contextlib.suppress(Exception):
-            await es.delete_matching(f"{shop.alias}-v*")

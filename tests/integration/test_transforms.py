@@ -31,7 +31,7 @@ from tests.integration.conftest import (
     wait_for_documents,
     wait_until,
 )
-from tests.integration.test_joins import create_shop, drop_shop
+from tests.integration.test_joins import made_shop
 
 PEOPLE = ("id INT PRIMARY KEY, first VARCHAR(20), last VARCHAR(20), price DECIMAL(10,2), "
           "status VARCHAR(10)")
@@ -142,18 +142,17 @@ async def test_a_joined_documents_transform_follows_its_joins(
     """The whole document goes through the function: a product without variants has none
     until one is added; a child's change reaches the computed field; a document the function
     raises on dead-letters the changes behind it while the others are rebuilt."""
-    shop = create_shop(db, tmp_path)
-    t = shop.t
-    name = unique("it-transform")
+    async with made_shop(db, es, tmp_path) as shop:
+        t = shop.t
+        name = unique("it-transform")
 
-    def shaped(db: Any) -> dict[str, dict[str, Any]]:
-        """By hand, as tests.transforms:shelf says."""
-        return {i: {**doc, "grams": sum(v["grams"] or 0 for v in doc["variants"])}
-                for i, doc in shop.expected(db).items() if doc["variants"]}
+        def shaped(db: Any) -> dict[str, dict[str, Any]]:
+            """By hand, as tests.transforms:shelf says."""
+            return {i: {**doc, "grams": sum(v["grams"] or 0 for v in doc["variants"])}
+                    for i, doc in shop.expected(db).items() if doc["variants"]}
 
-    config = make_config(shop.entry(transform="tests.transforms:shelf"),
-                         source={"kind": "binlog", "name": name}, canary={"enabled": False})
-    try:
+        config = make_config(shop.entry(transform="tests.transforms:shelf"),
+                             source={"kind": "binlog", "name": name}, canary={"enabled": False})
         async with running(config):
             await wait_for_documents(es, shop.alias, shaped(db), timeout=90)
             sql(db, f"INSERT INTO {t('products')} VALUES (7, 'bare', 1.00, 2, 1)")  # no variant
@@ -182,7 +181,3 @@ async def test_a_joined_documents_transform_follows_its_joins(
             await wait_for_documents(es, shop.alias, shaped(db), timeout=60)
         report = await reconcile(config, config.tables[0], settle_s=0)
         assert report.clean, report.as_json()
-    finally:
-        drop_shop(db, shop)
-        with contextlib.suppress(Exception):
-            await es.delete_matching(f"{shop.alias}-v*")
