@@ -52,6 +52,7 @@ from indexer.settings import (
 IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 INDEX_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]{0,200}$")
 INGEST_PIPELINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}$")  # safe in a URL and JSON
+_ROUTING = re.compile(r"^[^.\s`]+(\.[^.\s`]+)*$")  # names joined by dots
 _FINGERPRINT = re.compile(r"^[0-9A-Fa-f]{64}$")
 
 def load_config(path: Path | None, environ: Mapping[str, str] | None = None) -> Config:
@@ -283,7 +284,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
     allowed = {"name", "topic", "alias", "mapping", "version", "include", "exclude", "rename",
                "column_types", "new_columns", "changed_column", "lookups", "children", "where",
-               "deleted_when", "pipeline", "transform"}
+               "deleted_when", "pipeline", "transform", "routing"}
     for key in raw:
         if key not in allowed:
             known = ", ".join(sorted(allowed))
@@ -329,6 +330,11 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
     version = _version_source(str(raw.get("version", "binlog")), f"{where}.version")
     joins = parse_joins(raw, where, database, table, connector, _names, _check_identifier)
     transform = _transform(raw.get("transform", ""), where)
+    routing = raw.get("routing", "")
+    if not isinstance(routing, str) or (routing and not _ROUTING.match(routing)) or (
+            "." in routing and not joins):
+        raise ConfigError(f"{where}.routing: expected a column's name (a joined document: a "
+                          f"field's path, 'shop.tenant_id'), got {routing!r}")
     if joins and version.kind != "binlog":
         raise ConfigError(f"{where}.version: joined documents need binlog versions: a column's "
                           "version does not order changes across the tables of a document")
@@ -349,6 +355,7 @@ def _table(raw: Any, index: int, connector: ConnectorSettings) -> TableConfig:
         rows=parse_rule(raw, where),
         pipeline=pipeline,
         transform=transform,
+        routing=routing,
     )
 
 

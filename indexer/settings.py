@@ -416,6 +416,9 @@ class TableConfig:
     # The user's function ("package.module:function") from the document to the document
     # indexed (None: no document); "": none.
     transform: str = ""
+    # The column whose value routes each document to its shard (a joined document: a field's
+    # path, "shop.tenant_id" through a lookup); "": not routed.
+    routing: str = ""
 
     @functools.cached_property
     def name(self) -> str:

@@ -15,6 +15,8 @@ def action_line(index: str, write: Write, version_type: str = "external",
     # Formatted by hand: this runs once per document and orjson on a nested dict costs more.
     line = b"%b%b,\"version\":%d,\"version_type\":\"%b\"" % (
         _index_prefix(index), orjson.dumps(write.id), write.version, version_type.encode())
+    if write.routing is not None:
+        line += b',"routing":' + orjson.dumps(write.routing)
     if pipeline and not write.deleted:
         line += b',"pipeline":' + orjson.dumps(pipeline)
     return line + b"}}"

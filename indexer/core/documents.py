@@ -19,6 +19,7 @@ from indexer import transforms
 from indexer.core import conditions
 from indexer.core.checksums import content_hash
 from indexer.core.events import Change
+from indexer.core.routing import routing_of
 from indexer.core.sources import EPOCH_ZERO, Epoch, binlog_file_number
 from indexer.core.versions import (
     FILE_BITS,
@@ -130,6 +131,9 @@ class Write:
     version: int
     source: bytes
     deleted: bool
+    routing: str | None = None  # the table's routing (None: the table is not routed)
+    # Tombstones on the other routings the document leaves (its routing value changed).
+    leaves: tuple[Write, ...] = ()
 
 
 class DocumentBuilder:
@@ -148,12 +152,15 @@ class DocumentBuilder:
         self._identity = not (self._include or self._exclude or self._rename)
         self._spec = table.transform
         self._transform = transforms.load(table.transform) if table.transform else None
+        # A joined document's routing is its tree's (trees.write_for): here, a column's.
+        self._routing = table.routing if not table.joins else ""
 
     @property
     def identity(self) -> bool:
         """Documents are the rows as they are, every row: no include, exclude, rename, where,
-        deleted_when or transform."""
-        return self._identity and self._rows is None and self._transform is None
+        deleted_when, transform or routing."""
+        return (self._identity and self._rows is None and self._transform is None
+                and not self._routing)
 
     def includes(self, column: str) -> bool:
         return not ((self._include and column not in self._include) or column in self._exclude)
@@ -204,21 +211,34 @@ class DocumentBuilder:
         assert self._version.column is not None
         return column_version(row.get(self._version.column), self._version.column)
 
+    def routing(self, doc_id: str, row: Mapping[str, Any]) -> str | None:
+        """The row's ``_routing`` (None: the table is not routed)."""
+        if not self._routing:
+            return None
+        return routing_of(row.get(self._routing), doc_id, self._routing)
+
     def write_for_change(self, change: Change, epoch: Epoch = EPOCH_ZERO) -> Write:
         doc_id = document_id(change.key)
+        ts_ms = change.position.ts_ms
         if change.op == "d":
             assert change.before is not None
             version = self._change_version(change, change.before, epoch, deleted=True)
-            return Write(doc_id, version, tombstone(change.position.ts_ms), deleted=True)
+            return Write(doc_id, version, tombstone(ts_ms), True,
+                         self.routing(doc_id, change.before))
         assert change.after is not None
         version = self._change_version(change, change.after, epoch, deleted=False)
         if self._rows is not None and not conditions.keeps(self._rows, change.after):
             # Left out by where, or soft-deleted: gone from the index at this change's
             # version, back at a later one's when the row is indexed again.
-            return Write(doc_id, version, tombstone(change.position.ts_ms), deleted=True)
-        spaced = self._spaced or (self._by_connector and change.position.connector == "mysql")
-        return self._write(change.key, doc_id, change.after, version, spaced,
-                           change.position.ts_ms)
+            write = Write(doc_id, version, tombstone(ts_ms), True,
+                          self.routing(doc_id, change.after))
+        else:
+            spaced = self._spaced or (self._by_connector
+                                      and change.position.connector == "mysql")
+            write = self._write(change.key, doc_id, change.after, version, spaced, ts_ms)
+        if self._routing and change.before is not None:  # its routing value may have changed
+            return leaving(write, (self.routing(doc_id, change.before) or doc_id,), ts_ms)
+        return write
 
     def stays_out(self, change: Change) -> bool:
         """The table's where or deleted_when left the row out before this change and still
@@ -240,9 +260,10 @@ class DocumentBuilder:
     def _write(self, key: Mapping[str, Any], doc_id: str, row: Mapping[str, Any], version: int,
                spaced: bool, deleted_at_ms: int) -> Write:
         document = self.shaped(doc_id, row)
+        routing = self.routing(doc_id, row)
         if document is None:  # the transform's no: a tombstone, as for a row a where leaves out
-            return Write(doc_id, version, tombstone(deleted_at_ms), deleted=True)
-        return Write(doc_id, version, self.body(key, doc_id, document, spaced), deleted=False)
+            return Write(doc_id, version, tombstone(deleted_at_ms), True, routing)
+        return Write(doc_id, version, self.body(key, doc_id, document, spaced), False, routing)
 
     def _change_version(self, change: Change, row: Mapping[str, Any], epoch: Epoch, *,
                         deleted: bool) -> int:
@@ -271,3 +292,14 @@ def tombstone(deleted_at_ms: int) -> bytes:
     """A deleted row's stand-in: it keeps the delete's version past ``index.gc_deletes`` and
     node restarts, and the read alias's filter hides it from searches."""
     return orjson.dumps({META_FIELD: {"deleted": True, "deleted_at": deleted_at_ms}})
+
+
+def leaving(write: Write, elsewhere: Iterable[str], deleted_at_ms: int) -> Write:
+    """The write with a tombstone, at its version, on every other routing the document is
+    found under (a row whose routing value changed, or copies left by drift)."""
+    others = sorted(set(elsewhere) - {write.routing or write.id})
+    if not others:
+        return write
+    stone = tombstone(deleted_at_ms)
+    return Write(write.id, write.version, write.source, write.deleted, write.routing,
+                 tuple(Write(write.id, write.version, stone, True, routing) for routing in others))

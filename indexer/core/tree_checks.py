@@ -84,7 +84,24 @@ def check(table: TableConfig, layouts: Mapping[str, TableLayout],
     if table.rows is not None and (problem := conditions.check(table.rows, root)) is not None:
         problems.append(f"{where}.{problem}")
     visit(root, where, {f for c, f in _fields(table, root) if c in names}, table.joins)
+    if table.routing and not table.transform and (problem := _routing_problem(table, root)):
+        problems.append(f"{where}.routing: {problem}")
     return problems
+
+
+def _routing_problem(table: TableConfig, root: TableLayout) -> str | None:
+    """Why the routing path names no single value of the document (a transform's fields are
+    the function's to say)."""
+    first, *rest = table.routing.split(".")
+    lookups = {j.name: j for j in table.joins if j.kind == "lookup"}
+    join = lookups.get(first)
+    if not rest:
+        if first in {f for _, f in _fields(table, root)} or (join and join.value is not None):
+            return None
+        return f"the document has no field {first!r}"
+    if join is None:
+        return f"{first!r} is no lookup of the document (a child's values are an array)"
+    return None if join.value is None else f"lookup {first!r} embeds one value: name it {first!r}"
 
 
 def _fields(table: TableConfig, layout: TableLayout) -> list[tuple[str, str]]:

@@ -28,6 +28,7 @@ from indexer import transforms
 from indexer.core.checksums import content_hash
 from indexer.core.documents import META_FIELD, Write, chunk_field, document_id, tombstone
 from indexer.core.layout import Column, Flavor, TableLayout
+from indexer.core.routing import routing_of, value_at
 from indexer.settings import JoinSettings, RowRule, TableConfig
 
 NodeKind = Literal["root", "lookup", "child"]
@@ -88,6 +89,8 @@ class Tree:
     rows: RowRule | None = None
     # The root table's transform ("package.module:function"), applied to each whole document.
     transform: str = ""
+    # The document's field (a path: a root column's, or through lookups) naming its routing.
+    routing: tuple[str, ...] = ()
 
     @property
     def root(self) -> Node:
@@ -187,7 +190,8 @@ def build(table: TableConfig, layouts: Mapping[str, TableLayout]) -> Tree:
     for node in nodes:
         by_table[node.full_name] = (*by_table.get(node.full_name, ()), node)
     return Tree(table.alias, tuple(nodes), layouts[table.name].flavor, below, by_table,
-                table.rows, table.transform)
+                table.rows, table.transform,
+                tuple(table.routing.split(".")) if table.routing else ())
 
 
 # --- the walk up: from a changed row to the documents it is part of ------------------------
@@ -432,14 +436,20 @@ def _embed(node: Node, obj: dict[str, Any]) -> Any:
     return value
 
 
-def write_for(assembled: Assembled, version: int, deleted_at_ms: int) -> Write:
+def write_for(assembled: Assembled, version: int, deleted_at_ms: int,
+              routing: tuple[str, ...] = ()) -> Write:
     """The search-server write of a joined document: the document with ``_indexer`` (its
     content hash, chunk, the lookup rows it embeds, the children arrays cut at their cap), or
-    a tombstone when its root row is gone."""
+    a tombstone when its root row is gone. Routed (``routing``, the field's path) by the
+    document; a tombstone by its id, until the caller learns where the document is."""
     doc_id = document_id(assembled.key)
-    if assembled.document is None:
-        return Write(doc_id, version, tombstone(deleted_at_ms), deleted=True)
-    return Write(doc_id, version, body(assembled, doc_id), deleted=False)
+    document = assembled.document
+    if document is None:
+        return Write(doc_id, version, tombstone(deleted_at_ms), True,
+                     doc_id if routing else None)
+    place = routing_of(value_at(document, routing), doc_id, ".".join(routing)) if routing \
+        else None
+    return Write(doc_id, version, body(assembled, doc_id), False, place)
 
 
 def body(assembled: Assembled, doc_id: str) -> bytes:

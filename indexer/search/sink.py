@@ -46,6 +46,9 @@ class _Round:
     parts: list[bytes] = field(default_factory=list)
     # index -> (id, reason) of each write it refused that the live index took
     missed: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # positions of the tombstones an op leaves on other routings: they decide no outcome
+    # unless refused for good
+    leaving: set[int] = field(default_factory=set)
 
 
 class ElasticsearchSink:
@@ -116,6 +119,10 @@ class ElasticsearchSink:
         for op in pending:
             op.attempts += 1
             for index in targets[op.alias] if op.index is None else (op.index,):
+                for stone in op.write.leaves:  # the shards a routed document leaves
+                    round_.leaving.add(len(lines))
+                    lines.append((op, index))
+                    parts += (action_line(index, stone, op.version_type), stone.source)
                 lines.append((op, index))
                 parts += (action_line(index, op.write, op.version_type,
                                       self._pipelines.get(op.alias, "")), op.write.source)
@@ -146,14 +153,12 @@ class ElasticsearchSink:
         retry: dict[int, Op] = {}
         written: dict[int, bool] = {}
         refused_elsewhere: list[tuple[str, Op, str]] = []
-        for (op, index), item in zip(round_.lines, items, strict=True):
+        for line, ((op, index), item) in enumerate(zip(round_.lines, items, strict=True)):
             (result,) = item.values()
             status = int(result.get("status", 0))
-            if 200 <= status < 300:
-                written[id(op)] = True
-                continue
-            if status == 409:
-                written.setdefault(id(op), False)
+            if 200 <= status < 300 or status == 409:
+                if line not in round_.leaving:
+                    written[id(op)] = written.get(id(op), False) or status != 409
                 continue
             error = result.get("error") or {}
             kind, reason = str(error.get("type", status)), str(error.get("reason", ""))

@@ -78,6 +78,14 @@ def test_a_tables_ingest_pipeline(tmp_path: Path) -> None:
     assert config.pipelines == {config.tables[0].alias: "enrich-v2.1"}
 
 
+def test_a_tables_routing(tmp_path: Path) -> None:
+    config = build_config({"tables": [TABLE | {"routing": "tenant_id"}]}, tmp_path)
+    assert config.tables[0].routing == "tenant_id"
+    for bad in ("shop.tenant", "a b", 3, "."):  # a path only for joined documents
+        with pytest.raises(ConfigError, match=r"routing: expected a column's name"):
+            build_config({"tables": [TABLE | {"routing": bad}]}, tmp_path)
+
+
 def test_a_tables_transform(tmp_path: Path) -> None:
     config = build_config({"tables": [TABLE | {"transform": "tests.transforms:priced"}]},
                           tmp_path)

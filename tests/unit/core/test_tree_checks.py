@@ -33,6 +33,8 @@ def test_a_well_formed_tree_passes_its_checks() -> None:
     ({"children": {"variants": {"table": "variants", "on": {"id": "product_id"},
                                 "value": "weight"}}}, INDEXES,
      "children.variants.value: no field 'weight'"),
+    ({"routing": "secret"}, INDEXES, "routing: the document has no field 'secret'"),
+    ({"routing": "variants.id"}, INDEXES, "'variants' is no lookup of the document"),
 ])
 def test_what_cannot_work_is_named(changes: dict[str, Any], indexes: dict[str, list[Index]],
                                    problem: str) -> None:
@@ -52,3 +54,10 @@ def test_a_unique_key_serves_a_lookup() -> None:
     unique = {**INDEXES, "shop.categories": [Index("by_slug", ("slug",), True)],
               "shop.products": [Index("by_name", ("name",), False)]}
     assert tree_checks.check(table, LAYOUTS, unique) == []
+
+
+@pytest.mark.parametrize("routing", ["name", "category_id", "category.name", "category"])
+def test_a_root_field_or_a_lookups_value_routes_a_joined_document(routing: str) -> None:
+    found = tree_checks.check(products(routing=routing), LAYOUTS, INDEXES)
+    assert [p for p in found if "routing" in p] == ([] if routing != "category" else [
+        "tables[shop.products].routing: the document has no field 'category'"])

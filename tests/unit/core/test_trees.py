@@ -210,3 +210,11 @@ def test_what_differs_in_a_stale_document() -> None:
     fewer = {**index, "category": mysql["category"], "tags": ["green"],
              "variants": [{"id": 70, "grams": 100}]}
     assert compare.differences(mysql, fewer) == ["variants: 2 in MySQL, 1 in the index"]
+
+
+def test_a_routed_document_is_routed_by_its_path_and_a_tombstone_by_its_id() -> None:
+    document = trees.Assembled({"id": 7}, {"id": 7, "category": {"name": "Tea"}})
+    assert trees.write_for(document, 5, 0, ("category", "name")).routing == "Tea"
+    assert trees.write_for(document, 5, 0).routing is None
+    gone = trees.write_for(trees.Assembled({"id": 7}, None), 6, 0, ("category", "name"))
+    assert gone.deleted and gone.routing == "7"  # the rebuild adds where it was found

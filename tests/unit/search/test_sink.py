@@ -90,3 +90,15 @@ def test_only_the_live_index_decides_an_ops_fate() -> None:
     lone = ops(1)
     sink()._settle(round_of(lone, ("a-v1", "a-v2")), {"items": [refused, item(201)]})
     assert lone[0].outcome is Outcome.FAILED
+
+
+def test_a_tombstone_left_on_an_old_routing_decides_nothing_unless_refused() -> None:
+    stone = Write("1", 2, b"{}", True, "old")
+    moved = Op("a", Write("1", 2, b"{}", False, "new", (stone,)))
+    round_ = _Round(lines=[(moved, "a-v1"), (moved, "a-v1")], leaving={0})
+    assert sink()._settle(round_, {"items": [item(201), item(409)]}) == []
+    assert moved.outcome is Outcome.STALE  # the document's own answer: a newer one is there
+    again = Op("a", Write("1", 2, b"{}", False, "new", (stone,)))
+    round_ = _Round(lines=[(again, "a-v1"), (again, "a-v1")], leaving={0})
+    assert sink()._settle(round_, {"items": [item(409), item(201)]}) == []
+    assert again.outcome is Outcome.WRITTEN

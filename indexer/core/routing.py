@@ -1,0 +1,48 @@
+"""Where a document lives: its ``_routing``, from a column of its row or a field of its joined
+document. Pure.
+
+A routed table's every write names a routing (its index requires one), tombstones included:
+a write lands on one shard, and a tombstone elsewhere would not outrank the document it is
+meant to remove. A row without a routing value (NULL, empty, absent) is routed by its id,
+which is where an unrouted document would be. A row whose routing value changes leaves the
+shard it was on: a tombstone there at the change's version, beside its write at the new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from indexer.core.layout import TableLayout
+from indexer.errors import ConfigError, DecodeError
+
+
+def value_at(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """The value at a dotted path (a column, or a lookup's field); None where it stops."""
+    found: Any = document
+    for part in path:
+        if not isinstance(found, Mapping):
+            return None
+        found = found.get(part)
+    return found
+
+
+def routing_of(value: Any, doc_id: str, name: str) -> str:
+    """The routing text for a value (None or empty: the id's)."""
+    if value is None or value == "":
+        return doc_id
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return repr(value)
+    raise DecodeError("invalid-routing", f"the routing field {name!r} holds a "
+                      f"{type(value).__name__}; routing takes a single value")
+
+
+def check_column(routing: str, layout: TableLayout, table: str) -> None:
+    """ConfigError when a table's routing names no column of it (a joined document's path is
+    checked with its joins, :mod:`indexer.core.tree_checks`)."""
+    if routing and "." not in routing and routing not in {c.name for c in layout.columns}:
+        raise ConfigError(f"tables[{table}].routing: the table has no column {routing!r}")
