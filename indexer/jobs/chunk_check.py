@@ -25,12 +25,14 @@ from indexer.core.documents import (
     META_FIELD,
     Write,
     key_bucket,
+    leaving,
     tombstone,
 )
 from indexer.core.layout import TableLayout
 from indexer.core.writes import Op, Outcome
 from indexer.jobs.table_reads import Reads, reads_for
 from indexer.progress import Progress, no_progress
+from indexer.search import routing
 from indexer.search.client import SearchClient
 from indexer.search.sink import ElasticsearchSink
 from indexer.search.state import StateStore
@@ -49,6 +51,9 @@ DRILL_PARALLEL = 4
 # their differing fields); beyond, only where checksums may differ from documents.
 DETAILED_STALE = 200
 UNCHUNKED = -(2**63)  # the chunk of an id that cannot be an integer key
+# The stored hash of an id found on several routings: no row's hash, so it is stale, and
+# its repair leaves every routing but the row's.
+COPIES = -2
 
 LIVE_DOCS: dict[str, Any] = {"bool": {"must_not": [{"term": {f"{META_FIELD}.deleted": True}}]}}
 
@@ -267,8 +272,9 @@ async def confirmed(client: SearchClient, table: TableConfig, plan: Plan,
         if exact and start >= DETAILED_STALE and all(parts.values()):
             break
         page = stale[start:start + snapshots.IDS_PER_LOOKUP]
-        sources = await es_sources(client, table.alias, page)
+        sources, copies = await es_sources(client, table.alias, page)
         parts.update(await asyncio.to_thread(plan.reads.what_differs, sources))
+        parts.update({i: [f"_routing: {n} documents have this id"] for i, n in copies.items()})
     equal = sorted(i for i, p in parts.items() if not p)
     return Confirmed({i: d for i, d in found.items() if i not in parts or parts[i]},
                      {i: p for i, p in parts.items() if p}, equal)
@@ -285,16 +291,19 @@ async def es_hashes_for_ids(client: SearchClient, alias: str,
     return found
 
 
-async def es_sources(client: SearchClient, alias: str,
-                     ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """id -> ``_source`` of these live documents (at most IDS_PER_LOOKUP at a time)."""
+async def es_sources(client: SearchClient, alias: str, ids: Sequence[str],
+                     ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """id -> ``_source`` of these live documents (at most IDS_PER_LOOKUP at a time), and
+    id -> how many documents have it, for ids found on several routings."""
     found: dict[str, dict[str, Any]] = {}
+    counts: dict[str, int] = {}
     for start in range(0, len(ids), snapshots.IDS_PER_LOOKUP):
         part = list(ids[start:start + snapshots.IDS_PER_LOOKUP])
-        response = await client.search(alias, {"size": len(part),
-                                               "query": {"ids": {"values": part}}})
-        found.update({hit["_id"]: hit["_source"] for hit in response["hits"]["hits"]})
-    return found
+        query = {"bool": {"filter": [{"ids": {"values": part}}], **LIVE_DOCS["bool"]}}
+        async for hit in client.scan(alias, {"query": query}):
+            found[hit["_id"]] = hit["_source"]
+            counts[hit["_id"]] = counts.get(hit["_id"], 0) + 1
+    return found, {i: n for i, n in counts.items() if n > 1}
 
 
 def chunk_scope(plan: Plan, chunks: Sequence[int]) -> dict[str, Any]:
@@ -306,13 +315,16 @@ def chunk_scope(plan: Plan, chunks: Sequence[int]) -> dict[str, Any]:
 
 
 async def es_hashes(client: SearchClient, alias: str, scope: dict[str, Any]) -> dict[str, int]:
-    """id -> stored hash of the live documents in ``scope`` (-1: a document without one)."""
+    """id -> stored hash of the live documents in ``scope`` (-1: a document without one;
+    COPIES: several documents with the id, on different routings)."""
     query = {"bool": {"filter": [scope], **LIVE_DOCS["bool"]}}
     hashes = {}
     async for hit in client.scan(alias, {"query": query, "_source": False,
                                          "docvalue_fields": [f"{META_FIELD}.hash"]}, size=5000):
         values = hit.get("fields", {}).get(f"{META_FIELD}.hash") or [None]
-        hashes[hit["_id"]] = int(values[0]) if values[0] is not None else -1
+        doc_id = hit["_id"]
+        hashes[doc_id] = COPIES if doc_id in hashes else \
+            int(values[0]) if values[0] is not None else -1
     return hashes
 
 
@@ -356,6 +368,7 @@ async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig, pl
                 log.error("repair of %s: row %s refused: %s: %s", table.name, op.write.id,
                           op.error_kind, op.error_reason)
 
+    now_ms = int(time.time() * 1000)
     snapshot = await asyncio.to_thread(plan.reads.snapshot)
     reading: asyncio.Task[list[Write] | None] | None = None
     writing: set[asyncio.Task[None]] = set()
@@ -376,6 +389,9 @@ async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig, pl
             # logged since) wrote one; this later read holds what changed without the binlog,
             # and a change logged after either has rows at a higher position, so it still wins.
             ops = [Op(table.alias, write, version_type="external_gte") for write in page]
+            if table.routing:  # copies on other routings (a lost routing change) go
+                await routing.leave_elsewhere(sink.client, table.alias, ops, now_ms,
+                                              config.batch.max_backoff_s)
             if len(writing) >= config.batch.in_flight:  # as many bulks at once as the daemon
                 done, writing = await asyncio.wait(writing, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
@@ -392,19 +408,18 @@ async def repair(config: Config, sink: ElasticsearchSink, table: TableConfig, pl
             if not reading.cancelled():
                 reading.exception()  # raised or not, the error that ended the loop is told
         await asyncio.to_thread(snapshot.close)
-    now_ms = int(time.time() * 1000)
     for start in range(0, len(extras), snapshots.IDS_PER_LOOKUP):
         part = extras[start:start + snapshots.IDS_PER_LOOKUP]
-        versions = {} if binlog else await _versions(sink.client, table.alias, part)
-        await write([Op(table.alias, Write(doc_id, snapshot_version if binlog
-                                           else versions.get(doc_id, 0) + 1,
-                                           tombstone(now_ms), True),
-                        version_type="external_gte" if binlog else "external")
-                     for doc_id in part])
+        # Where each is (every routing, for a routed table) and at which version.
+        placed = await routing.placements(sink.client, table.alias, part)
+        ops = []
+        for doc_id in part:
+            where = placed.get(doc_id) or {doc_id: 0}
+            version = snapshot_version if binlog else max(where.values()) + 1
+            first, *others = sorted(where)
+            stone = Write(doc_id, version, tombstone(now_ms), True,
+                          first if table.routing else None)
+            ops.append(Op(table.alias, leaving(stone, others, now_ms),
+                          version_type="external_gte" if binlog else "external"))
+        await write(ops)
     return counts
-
-
-async def _versions(client: SearchClient, alias: str, ids: list[str]) -> dict[str, int]:
-    response = await client.search(alias, {"size": len(ids), "version": True, "_source": False,
-                                           "query": {"ids": {"values": ids}}})
-    return {hit["_id"]: int(hit["_version"]) for hit in response["hits"]["hits"]}

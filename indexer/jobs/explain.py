@@ -60,6 +60,7 @@ class Found:
     deleted: bool
     source: dict[str, Any]  # without indexer's own block
     by_indexer: bool = True  # it has that block: indexer wrote it
+    routing: str | None = None  # where a routed table's document lives
 
 
 @dataclass
@@ -125,11 +126,16 @@ def describe_version(version: int, kind: VersionSource, epochs: list[Epoch]) -> 
 
 def judge(table: TableConfig, row: dict[str, Any] | None, live: Found | None,
           events: list[Event], letters: list[Letter], left_out: str | None = None,
-          set_by_pipeline: Sequence[str] = ()) -> Verdict:
+          set_by_pipeline: Sequence[str] = (), copies: int = 1) -> Verdict:
     """In sync or not, what differs, and the command that fixes it. ``left_out``: the row
     exists, and why the table's where or deleted_when leaves it out of the index;
-    ``set_by_pipeline``: the fields the table's ingest pipeline changes, not compared."""
+    ``set_by_pipeline``: the fields the table's ingest pipeline changes, not compared;
+    ``copies``: live documents with the id (more than one: on several routings)."""
     deleted = live is None or live.deleted
+    if copies > 1:
+        return Verdict(False, f"stale: {copies} documents have this id, on different routings "
+                              "(a routing change that did not reach the index)",
+                       ["_routing"], f"indexer reconcile --repair {table.table}")
     if row is None and deleted:
         if left_out:
             what = f"the row is left out ({left_out}) and " + (
@@ -223,9 +229,12 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
             events, scanned = await _events(reader, config, table, decoder, builder, registry,
                                             doc_id, scan_budget)
             letters = await _letters(reader, config, table, decoder, doc_id, scan_budget)
-    live = next((d for d in documents if d.live), None)
+    # A routed document leaves a tombstone on the routing it left: the document decides.
+    live = next((d for d in documents if d.live and not d.deleted),
+                next((d for d in documents if d.live), None))
+    copies = sum(1 for d in documents if d.live and not d.deleted)
     return Explanation(table.name, doc_id, row, documents, events, letters, scanned,
-                       judge(table, row, live, events, letters, left_out, set_by),
+                       judge(table, row, live, events, letters, left_out, set_by, copies),
                        made_of if table.joins else [],
                        config.source.kind)
 
@@ -249,7 +258,8 @@ async def _documents(client: SearchClient, table: TableConfig, doc_id: str,
             meta = source.pop(META_FIELD, {}) or {}
             found.append(Found(index, index in aliases.live, int(hit["_version"]),
                                describe_version(int(hit["_version"]), table.version, epochs),
-                               bool(meta.get("deleted")), source, by_indexer))
+                               bool(meta.get("deleted")), source, by_indexer,
+                               hit.get("_routing")))
     return sorted(found, key=lambda d: (not d.live, d.index))
 
 
@@ -349,7 +359,8 @@ def render_text(e: Explanation) -> list[str]:
     for d in e.documents:
         where = "live" if d.live else "sync only (kept for --rollback)"
         version = ", ".join(f"{k} {v}" for k, v in d.version_decoded.items())
-        lines.append(f"  {d.index} ({where}): version {d.version} ({version})"
+        routed = f", routing {d.routing!r}" if d.routing is not None else ""
+        lines.append(f"  {d.index} ({where}{routed}): version {d.version} ({version})"
                      + (": tombstone (deleted)" if d.deleted else ""))
         if not d.deleted:
             lines.append(f"    {_line(d.source)}")

@@ -22,7 +22,7 @@ from indexer.errors import (
     SearchUnavailable,
 )
 from indexer.jobs.ownership import look
-from indexer.search import pipelines
+from indexer.search import pipelines, routing
 from indexer.search.admin import alias_state
 from indexer.search.client import SearchClient, SearchError, TransportError, quote
 from indexer.search.state import StateStore
@@ -64,6 +64,7 @@ async def check_health(config: Config) -> list[str]:
             for table in (*config.tables, *canary):  # another table's index behind an alias
                 problems += (await look(client, table)).problems(owner_of(config, table))
             problems += await pipelines.missing(client, config.tables)
+            problems += await routing.misrouted(client, config.tables)
             for table in config.tables:
                 state = await alias_state(client, table.alias)
                 if not state.live:

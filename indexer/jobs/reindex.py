@@ -218,7 +218,8 @@ async def _copy_tombstones(sink: ElasticsearchSink, live: list[str], index: str,
         alias = alias_of_index(old) or old
         async for hit in sink.client.scan(old, {"query": query, "version": True}):
             batch.append(Op(alias, Write(hit["_id"], hit["_version"],
-                                         orjson.dumps(hit["_source"]), True), index=index))
+                                         orjson.dumps(hit["_source"]), True,
+                                         hit.get("_routing")), index=index))
             if len(batch) >= 2000:
                 await sink.write(batch)
                 copied += len(batch)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from indexer.core import compare, conditions, trees
+from indexer.core import compare, conditions, routing, trees
 from indexer.core.documents import DocumentBuilder, Write, document_id, key_bucket
 from indexer.core.layout import Field, TableLayout
 from indexer.core.trees import Assembled, Tree
@@ -86,6 +86,7 @@ def reads_for(config: Config, table: TableConfig) -> Reads:
         return TreeReads(config, tree, table)
     layout = conditions.bind(table.rows, schema.read_layout(config.mysql, table.database,
                                                              table.table), table.name)
+    routing.check_column(table.routing, layout, table.name)
     names = DocumentBuilder(table).field_names(c.name for c in layout.columns)
     fields = [(names[c.name], c) for c in layout.columns if c.name in names]
     if table.transform:
@@ -309,8 +310,9 @@ class _TreeSnapshot:
     def pages(self, low: int | None, high: int | None, page_rows: int,
               version: int | None) -> Pages:
         assert version is not None, "joined documents are versioned by the binlog"
+        tree = self._rows.tree
         for page in self._rows.pages(self._snapshot.connection, low, high, page_rows):
-            yield [trees.write_for(a, version, 0) for a in page]
+            yield [trees.write_for(a, version, 0, tree.routing) for a in page]
 
     def pages_for_ids(self, ids: Sequence[str], page_rows: int, version: int | None) -> Pages:
         assert version is not None, "joined documents are versioned by the binlog"
@@ -319,7 +321,8 @@ class _TreeSnapshot:
             keys = [trees.root_key(tree, trees.root_values_of_id(tree, i))
                     for i in ids[start:start + page_rows]]
             found = self._rows.by_keys(self._snapshot.connection, keys)
-            yield [trees.write_for(a, version, 0) for a in found if a.document is not None]
+            yield [trees.write_for(a, version, 0, tree.routing) for a in found
+                   if a.document is not None]
 
     def close(self) -> None:
         self._snapshot.close()

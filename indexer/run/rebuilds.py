@@ -40,6 +40,7 @@ from indexer.errors import ReplicaBehind
 from indexer.metrics import Metrics
 from indexer.outages import Outage
 from indexer.run.ports import Request, Sink
+from indexer.search import routing
 from indexer.search.client import SearchClient
 from indexer.search.retry import retrying
 from indexer.settings import Config, TableConfig
@@ -312,8 +313,13 @@ class Rebuilds:
         for assembled in documents:
             root = tuple(assembled.key[c] for c in tree.root.key)
             request = newest[root]
-            ops.append(Op(alias, trees.write_for(assembled, request.version, request.ts_ms)))
+            ops.append(Op(alias, trees.write_for(assembled, request.version, request.ts_ms,
+                                                 tree.routing)))
             self._note_truncated(alias, assembled)
+        if tree.routing:  # the document may be on another routing than its rebuild's
+            await routing.leave_elsewhere(self._client, alias, ops,
+                                          max(newest[r].ts_ms for r in page),
+                                          self._config.batch.max_backoff_s)
         await self._sink.write(ops)
         counts: dict[str, int] = {}
         for op, assembled in zip(ops, documents, strict=True):

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Any
 
-from indexer.core import conditions, field_types
+from indexer.core import conditions, field_types, routing
 from indexer.core.documents import DocumentBuilder
 from indexer.core.events import (
     EnvelopeDecoder,
@@ -55,6 +55,8 @@ class SchemaWatch:
         layout = await self._read(table, at_start=True)
         if layout is not None:
             conditions.bind(table.rows, layout, table.name)  # what it refuses stops the start
+            if not table.joins:
+                routing.check_column(table.routing, layout, table.name)
             decoder.learn_types(column_hints(layout))
 
     async def changed(self, table: TableConfig, decoder: EnvelopeDecoder,

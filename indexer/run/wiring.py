@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from indexer.build import load_native
 from indexer.core.binlog_rows import NativePlan
 from indexer.core.streams import RevokeHook, Stream
+from indexer.errors import ConfigError
 from indexer.jobs.ownership import claim
 from indexer.jobs.reindex import reindex
 from indexer.metrics import Metrics
@@ -28,7 +29,7 @@ from indexer.run.ports import DeadLetters, Parts, Source, TableParts
 from indexer.run.rebuilds import Rebuilds
 from indexer.run.schema_changes import SchemaWatch
 from indexer.run.verify import Verifier
-from indexer.search import pipelines
+from indexer.search import pipelines, routing
 from indexer.search.admin import ensure_table_index
 from indexer.search.dead_letters import SearchDeadLetters
 from indexer.search.sink import ElasticsearchSink
@@ -72,6 +73,8 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
             for table_config in indexed:  # another table's index refuses the start, untouched
                 await claim(cfg, sink.client, table_config)
             await pipelines.require(sink.client, cfg.tables)
+            if misplaced := await routing.misrouted(sink.client, cfg.tables):
+                raise ConfigError(misplaced[0])
             start = lock = None
             if cfg.source.kind == "binlog":  # one reader per deployment; others stand by
                 lock = await stack.enter_async_context(

@@ -53,7 +53,11 @@ def load_definition(path: Path, alias: str) -> IndexDefinition:
 def definition_for(config: Config, table: TableConfig) -> IndexDefinition:
     if table.canary:
         return validate_definition(CANARY_MAPPING, table.alias, Path("<the canary's mapping>"))
-    return load_definition(config.elasticsearch.mappings_dir / table.mapping, table.alias)
+    definition = load_definition(config.elasticsearch.mappings_dir / table.mapping, table.alias)
+    if table.routing:  # a write without a routing would land where no change finds it
+        return replace(definition, mappings={**definition.mappings,
+                                             "_routing": {"required": True}})
+    return definition
 
 
 @dataclass(frozen=True)
