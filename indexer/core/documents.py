@@ -297,9 +297,18 @@ def tombstone(deleted_at_ms: int) -> bytes:
 def leaving(write: Write, elsewhere: Iterable[str], deleted_at_ms: int) -> Write:
     """The write with a tombstone, at its version, on every other routing the document is
     found under (a row whose routing value changed, or copies left by drift)."""
-    others = sorted(set(elsewhere) - {write.routing or write.id})
+    have = {write.routing or write.id, *(s.routing for s in write.leaves)}
+    others = sorted(set(elsewhere) - have)
     if not others:
         return write
     stone = tombstone(deleted_at_ms)
     return Write(write.id, write.version, write.source, write.deleted, write.routing,
-                 tuple(Write(write.id, write.version, stone, True, routing) for routing in others))
+                 (*write.leaves, *(Write(write.id, write.version, stone, True, routing)
+                                   for routing in others)))
+
+
+def placed_at(write: Write) -> list[str]:
+    """The routings a write touches: its own and those it leaves (none: not routed)."""
+    if write.routing is None:
+        return []
+    return [write.routing, *(s.routing for s in write.leaves if s.routing is not None)]

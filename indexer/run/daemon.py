@@ -19,7 +19,13 @@ from dataclasses import dataclass, field, replace
 from indexer.build import current_build, load_native
 from indexer.core import native, trees
 from indexer.core.canary import Beat
-from indexer.core.documents import DocumentBuilder, Write, pack_binlog_version
+from indexer.core.documents import (
+    DocumentBuilder,
+    Write,
+    leaving,
+    pack_binlog_version,
+    placed_at,
+)
 from indexer.core.events import Change, EnvelopeDecoder, LayoutChanged
 from indexer.core.ledger import OffsetLedger
 from indexer.core.linger import Linger
@@ -366,12 +372,16 @@ class Daemon:
                 continue
             key = (op.alias, op.write.id)
             current = latest.get(key)
+            # The write kept also leaves the routings the one it supersedes wrote or left
+            # (a routed row moved twice in one batch): only that one knew them.
             if current is None or op.write.version > current.write.version:
                 if current is not None:
                     current.outcome = Outcome.STALE
+                    op.write = leaving(op.write, placed_at(current.write), message.ts_ms)
                 latest[key] = op
             else:
                 op.outcome = Outcome.STALE
+                current.write = leaving(current.write, placed_at(op.write), message.ts_ms)
         if latest:
             await sink.write(list(latest.values()))
         requests = [r for m in batch.messages if m.requests for r in m.requests]

@@ -119,13 +119,16 @@ class ElasticsearchSink:
         for op in pending:
             op.attempts += 1
             for index in targets[op.alias] if op.index is None else (op.index,):
-                for stone in op.write.leaves:  # the shards a routed document leaves
-                    round_.leaving.add(len(lines))
-                    lines.append((op, index))
-                    parts += (action_line(index, stone, op.version_type), stone.source)
                 lines.append((op, index))
                 parts += (action_line(index, op.write, op.version_type,
                                       self._pipelines.get(op.alias, "")), op.write.source)
+                # Then the routings a routed document leaves, at its version but strictly
+                # above: where the old routing leads to the same shard, the write just made
+                # is that document, and the tombstone must lose to it.
+                for stone in op.write.leaves:
+                    round_.leaving.add(len(lines))
+                    lines.append((op, index))
+                    parts += (action_line(index, stone), stone.source)
         started = perf_counter()
         try:
             body = b"\n".join(parts) + b"\n"  # NDJSON: action, document, action, ...

@@ -3,7 +3,7 @@ import pytest
 
 from indexer.condition_config import parse_rule
 from indexer.core.bulk import action_line
-from indexer.core.documents import DocumentBuilder, Write, leaving
+from indexer.core.documents import DocumentBuilder, Write, leaving, placed_at
 from indexer.core.layout import Column, TableLayout
 from indexer.core.routing import check_column, routing_of, value_at
 from indexer.errors import ConfigError, DecodeError
@@ -89,3 +89,15 @@ def test_a_routing_column_the_table_lacks_stops_the_start() -> None:
     with pytest.raises(ConfigError, match=r"tables\[shop.items\].routing: the table has no "
                                           "column 'tenant'"):
         check_column("tenant", layout, "shop.items")
+
+
+def test_a_write_superseding_another_also_leaves_where_that_one_was() -> None:
+    builder = routed()
+    first = builder.write_for_change(change("u", {"id": 7, "tenant": "a"},
+                                            {"id": 7, "tenant": "b"}))
+    second = builder.write_for_change(change("d", {"id": 7, "tenant": "b"}, None, pos=2000))
+    assert placed_at(first) == ["b", "a"] and placed_at(Write("7", 1, b"{}", False)) == []
+    kept = leaving(second, placed_at(first), 0)  # as a batch keeps only the newest per id
+    assert kept.routing == "b" and [(s.routing, s.version) for s in kept.leaves] == [
+        ("a", second.version)]
+    assert leaving(kept, placed_at(first), 0) is kept  # nothing new to leave
