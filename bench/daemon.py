@@ -12,7 +12,8 @@ The daemon (`python -m indexer run`, a child process) is timed from "indexer run
 the commit of the last offset. Prints docs/s, the ratio, and the daemon's peak RSS.
 ``--where few='qty < 100'`` runs the daemon again over the same events with that table
 ``where`` (a row filter) and prints its CPU per event against the plain run's;
-``--transform same=bench.shaping:unchanged`` does the same with a table ``transform``.
+``--transform same=bench.shaping:unchanged`` does the same with a table ``transform``, and
+``--routing by-qty=qty`` with a table ``routing``.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ async def run_daemon(table: str, topic: str, n: int, schemas: bool,
                      checkout: Path | None = None, shaping: tuple[str, str] | None = None,
                      ) -> DaemonRun:
     """`indexer run` draining the topic: this checkout's, or another's with its own .venv;
-    with ``shaping`` (a table setting: where or transform and its value), shaped by it."""
+    with ``shaping`` (a table setting: where, transform or routing, and its value), shaped by it."""
     python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
@@ -346,6 +347,9 @@ def parse(argv: list[str] | None = None) -> Any:
     parser.add_argument("--transform", action="append", default=[], metavar="LABEL=FUNCTION",
                         type=_shaping("transform"), help="the same with this table transform "
                         "(e.g. same=bench.shaping:unchanged)")
+    parser.add_argument("--routing", action="append", default=[], metavar="LABEL=COLUMN",
+                        type=_shaping("routing"), help="the same with this table routing "
+                        "(e.g. by-qty=qty)")
     return parser.parse_args(argv)
 
 
@@ -361,4 +365,5 @@ def _shaping(setting: str) -> Callable[[str], tuple[str, tuple[str, str]]]:
 if __name__ == "__main__":
     args = parse()
     modes = {"both": [True, False], "with": [True], "without": [False]}[args.schemas]
-    asyncio.run(main(args.events, modes, args.baseline, [*args.where, *args.transform]))
+    asyncio.run(main(args.events, modes, args.baseline,
+                     [*args.where, *args.transform, *args.routing]))

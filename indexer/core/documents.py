@@ -237,7 +237,8 @@ class DocumentBuilder:
                                       and change.position.connector == "mysql")
             write = self._write(change.key, doc_id, change.after, version, spaced, ts_ms)
         if self._routing and change.before is not None:  # its routing value may have changed
-            return leaving(write, (self.routing(doc_id, change.before) or doc_id,), ts_ms)
+            was = routing_of(change.before.get(self._routing), doc_id, self._routing)
+            return leaving(write, (was,), ts_ms)
         return write
 
     def stays_out(self, change: Change) -> bool:

@@ -16,6 +16,11 @@ from typing import Any
 from indexer.core.layout import TableLayout
 from indexer.errors import ConfigError, DecodeError
 
+# Column types whose values are objects or arrays in a document, not one routing value.
+UNROUTABLE_TYPES = frozenset({"json", "geometry", "point", "linestring", "polygon", "multipoint",
+                              "multilinestring", "multipolygon", "geometrycollection",
+                              "geomcollection", "set"})
+
 
 def value_at(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     """The value at a dotted path (a column, or a lookup's field); None where it stops."""
@@ -42,7 +47,14 @@ def routing_of(value: Any, doc_id: str, name: str) -> str:
 
 
 def check_column(routing: str, layout: TableLayout, table: str) -> None:
-    """ConfigError when a table's routing names no column of it (a joined document's path is
-    checked with its joins, :mod:`indexer.core.tree_checks`)."""
-    if routing and "." not in routing and routing not in {c.name for c in layout.columns}:
+    """ConfigError when a table's routing names no column of it, or one whose values are
+    objects (a joined document's path is checked with its joins,
+    :mod:`indexer.core.tree_checks`)."""
+    if not routing or "." in routing:
+        return
+    column = next((c for c in layout.columns if c.name == routing), None)
+    if column is None:
         raise ConfigError(f"tables[{table}].routing: the table has no column {routing!r}")
+    if column.data_type in UNROUTABLE_TYPES:
+        raise ConfigError(f"tables[{table}].routing: column {routing!r} is {column.data_type}; "
+                          "route by a column of single values (a number, a text, a date)")

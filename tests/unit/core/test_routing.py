@@ -83,12 +83,15 @@ def test_the_action_line_carries_the_routing() -> None:
 
 
 def test_a_routing_column_the_table_lacks_stops_the_start() -> None:
-    layout = TableLayout("shop", "items", (Column("id", "int", "int", 0, 1),))
+    layout = TableLayout("shop", "items", (Column("id", "int", "int", 0, 1),
+                                           Column("tags", "set", "set('a','b')", 0, 0)))
     check_column("id", layout, "shop.items")
     check_column("", layout, "shop.items")
     with pytest.raises(ConfigError, match=r"tables\[shop.items\].routing: the table has no "
                                           "column 'tenant'"):
         check_column("tenant", layout, "shop.items")
+    with pytest.raises(ConfigError, match="column 'tags' is set; route by a column of single"):
+        check_column("tags", layout, "shop.items")
 
 
 def test_a_write_superseding_another_also_leaves_where_that_one_was() -> None:
