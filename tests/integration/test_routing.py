@@ -44,9 +44,11 @@ async def placed(es: SearchClient, alias: str) -> dict[str, list[tuple[str, dict
 
 
 def routed_rows(db: Any, table: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
-    """What the index must hold: each row once, under its tenant (its id when NULL)."""
+    """What the index must hold: each row once, under its tenant (its id when NULL); none
+    for a row soft-deleted (name 'gone')."""
     return {str(i): [(tenant if tenant else str(i), {"id": i, "tenant": tenant, "name": name})]
-            for i, tenant, name in sql(db, f"SELECT id, tenant, name FROM `{table}`")}
+            for i, tenant, name in sql(db, f"SELECT id, tenant, name FROM `{table}` "
+                                           "WHERE name <> 'gone'")}
 
 
 async def wait_placed(es: SearchClient, alias: str, want: dict[str, Any],
@@ -96,8 +98,8 @@ async def test_documents_live_under_their_rows_routing(
                         [(i, None if i % 10 == 0 else f"t{i % 5}", f"n{i}")
                          for i in range(1, 201)])
     chosen = {"kind": "binlog", "name": unique("it-routing")} if source == "binlog" else {}
-    config = make_config(table.entry(routing="tenant"), canary={"enabled": False},
-                         source=chosen)
+    config = make_config(table.entry(routing="tenant", deleted_when="name = 'gone'"),
+                         canary={"enabled": False}, source=chosen)
     async with running(config):
         await wait_placed(es, table.alias, routed_rows(db, table.name), timeout=90)
         index = await live_index(es, table.alias)
@@ -112,6 +114,9 @@ async def test_documents_live_under_their_rows_routing(
         sql(db, f"DELETE FROM `{table.name}` WHERE id = 60")  # deleted where it moved to
         sql(db, f"UPDATE `{table.name}` SET tenant = 't1' WHERE id = 2")  # and moved again
         sql(db, f"INSERT INTO `{table.name}` VALUES (500, 'new', 'n500')")
+        sql(db, f"UPDATE `{table.name}` SET tenant = 'm2', name = 'gone' WHERE id IN (80, 81)")
+        await wait_placed(es, table.alias, routed_rows(db, table.name))  # gone from both
+        sql(db, f"UPDATE `{table.name}` SET name = 'back' WHERE id = 80")  # back, where it is
         await wait_placed(es, table.alias, routed_rows(db, table.name))
         routed = await es.request("GET", f"/{table.alias}/_doc/2?routing=t1")
         assert routed["found"] and routed["_source"]["tenant"] == "t1"
