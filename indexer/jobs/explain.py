@@ -21,7 +21,9 @@ import orjson
 from indexer.core import compare, conditions
 from indexer.core.documents import META_FIELD, DocumentBuilder, document_id
 from indexer.core.events import EnvelopeDecoder
+from indexer.core.layout import TableLayout
 from indexer.core.ownership import owner_of
+from indexer.core.routing import routing_of, value_at
 from indexer.core.sources import Epoch, Registry, partition_key
 from indexer.core.streams import Stream
 from indexer.core.versions import unpack_binlog_version
@@ -107,6 +109,7 @@ class Explanation:
     # A joined document's rows: (path in the document, "database.table", the row's id).
     made_of: list[tuple[str, str, str]] = field(default_factory=list)
     source: str = "kafka"  # where changes are read: "kafka" or "binlog"
+    routing: str | None = None  # where a routed table's row says its document lives
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,16 +129,23 @@ def describe_version(version: int, kind: VersionSource, epochs: list[Epoch]) -> 
 
 def judge(table: TableConfig, row: dict[str, Any] | None, live: Found | None,
           events: list[Event], letters: list[Letter], left_out: str | None = None,
-          set_by_pipeline: Sequence[str] = (), copies: int = 1) -> Verdict:
+          set_by_pipeline: Sequence[str] = (), copies: int = 1,
+          routing: str | None = None) -> Verdict:
     """In sync or not, what differs, and the command that fixes it. ``left_out``: the row
     exists, and why the table's where or deleted_when leaves it out of the index;
     ``set_by_pipeline``: the fields the table's ingest pipeline changes, not compared;
-    ``copies``: live documents with the id (more than one: on several routings)."""
+    ``copies``: live documents with the id (more than one: on several routings);
+    ``routing``: the one the row names (a routed table's)."""
     deleted = live is None or live.deleted
     if copies > 1:
         return Verdict(False, f"stale: {copies} documents have this id, on different routings "
                               "(a routing change that did not reach the index)",
                        ["_routing"], f"indexer reconcile --repair {table.table}")
+    if routing is not None and live is not None and not deleted and live.routing != routing:
+        # Not a difference of content: reconcile does not see it; a reindex places it.
+        return Verdict(False, f"misplaced: the document is under routing {live.routing!r}, "
+                              f"the row names {routing!r}", ["_routing"],
+                       f"indexer reindex {table.table}")
     if row is None and deleted:
         if left_out:
             what = f"the row is left out ({left_out}) and " + (
@@ -197,6 +207,8 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
                           f"{layout.key[0].name} is an integer")
     document, made_of = await asyncio.to_thread(reads.now, doc_id)
     row = _json(document) if document is not None else None
+    routing = None if document is None else await _routing(config, table, layout, doc_id,
+                                                            document)
     left_out = None
     if document is None and (table.rows is not None or table.transform):
         # a row the rule or the transform leaves out, or none
@@ -234,9 +246,25 @@ async def explain(config: Config, table: TableConfig, doc_id: str, *,
                 next((d for d in documents if d.live), None))
     copies = sum(1 for d in documents if d.live and not d.deleted)
     return Explanation(table.name, doc_id, row, documents, events, letters, scanned,
-                       judge(table, row, live, events, letters, left_out, set_by, copies),
+                       judge(table, row, live, events, letters, left_out, set_by, copies,
+                             routing),
                        made_of if table.joins else [],
-                       config.source.kind)
+                       config.source.kind, routing)
+
+
+async def _routing(config: Config, table: TableConfig, layout: TableLayout, doc_id: str,
+                   document: dict[str, Any]) -> str | None:
+    """The routing the row names (None: the table is not routed): a joined document's from
+    its field, a row's from its column, which the document may not hold."""
+    if not table.routing:
+        return None
+    if table.joins:
+        value = value_at(document, tuple(table.routing.split(".")))
+    else:
+        found = await asyncio.to_thread(snapshots.rows_now, config.mysql,
+                                        replace(layout, rows=None), [doc_id])
+        value = found[0][1].get(table.routing) if found else None
+    return routing_of(value, doc_id, table.routing)
 
 
 def _json(value: dict[str, Any]) -> dict[str, Any]:
@@ -349,6 +377,8 @@ async def _binlog_letters(client: SearchClient, config: Config, table: TableConf
 def render_text(e: Explanation) -> list[str]:
     lines = [f"{e.table} id {e.id}", "", "MySQL now:"]
     lines.append(f"  {_line(e.row)}" if e.row is not None else "  no such row")
+    if e.routing is not None:
+        lines.append(f"  routing {e.routing!r}")
     if e.made_of:
         lines += ["", f"Made of {len(e.made_of)} rows:"]
         lines += [f"  {path or '(the document)'}: {table} id {row_id}"

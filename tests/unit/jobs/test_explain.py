@@ -118,3 +118,18 @@ def test_the_binlog_sources_explanation_names_its_letters_by_binlog_coordinates(
                for line in lines)
     assert ("  mysql-bin.000003:4711 row 2 (2026-12-03T10:00:00.000): mapping: field [price] "
             "of type float") in lines
+
+
+def test_a_routed_document_under_another_routing_or_twice_is_not_in_sync() -> None:
+    routed = replace(TABLE, routing="tenant")
+    here = replace(found(ROW), routing="a")
+    assert judge(routed, ROW, here, [], [], routing="a").in_sync
+    moved = judge(routed, ROW, here, [], [], routing="b")
+    assert not moved.in_sync and moved.differing_fields == ["_routing"]
+    assert "under routing 'a', the row names 'b'" in moved.summary
+    assert moved.fix == "indexer reindex items"  # reconcile compares content, not placement
+    twice = judge(routed, ROW, here, [], [], copies=2, routing="a")
+    assert "2 documents have this id" in twice.summary
+    assert twice.fix == "indexer reconcile --repair items"
+    gone = replace(found(deleted=True), routing="b")  # a tombstone left behind decides nothing
+    assert judge(routed, None, gone, [], [], routing=None).in_sync
