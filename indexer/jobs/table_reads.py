@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -246,7 +246,8 @@ class TransformedReads(_HashedHere, RowReads):
     def exact_checksums(self) -> bool:
         return True  # both sides hashed here, from documents made the same way
 
-    def _rows(self, where: str = "", args: Sequence[Any] = ()) -> Iterator[tuple[Row, Row]]:
+    def _rows(self, where: str = "", args: Sequence[Any] = (),
+              ) -> Generator[tuple[Row, Row], None, None]:
         snapshot = Snapshot(self.config.mysql, self.layout)
         try:
             for page in snapshot.rows(where, args):
@@ -256,9 +257,15 @@ class TransformedReads(_HashedHere, RowReads):
 
     def _hashed(self, low: int | None = None, high: int | None = None,
                 ) -> Iterator[tuple[str, int]]:
-        if low is None and high is None:
-            return self._hashes(self._rows())
-        return self._hashes(self._rows(*snapshots.key_range_where(self.layout, low, high)))
+        where, args = ("", ()) if low is None and high is None else \
+            snapshots.key_range_where(self.layout, low, high)
+        rows = self._rows(where, args)
+        try:
+            yield from self._hashes(rows)
+        finally:
+            # Its snapshot ends now: left suspended by a function that raised, it would hold
+            # its transaction (and a DROP or ALTER of the table) until garbage collected.
+            rows.close()
 
     def _hashes(self, rows: Iterable[tuple[Row, Row]]) -> Iterator[tuple[str, int]]:
         builder = self.builder

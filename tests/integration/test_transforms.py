@@ -7,6 +7,7 @@ documents go through it whole."""
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -18,6 +19,7 @@ from indexer.errors import DecodeError
 from indexer.jobs.explain import explain
 from indexer.jobs.reconcile import reconcile
 from indexer.jobs.reindex import reindex
+from indexer.jobs.table_reads import reads_for
 from indexer.search.client import SearchClient
 from indexer.search.dead_letters import DEAD_LETTER_INDEX
 from indexer.settings import Config
@@ -181,3 +183,29 @@ async def test_a_joined_documents_transform_follows_its_joins(
             await wait_for_documents(es, shop.alias, shaped(db), timeout=60)
         report = await reconcile(config, config.tables[0], settle_s=0)
         assert report.clean, report.as_json()
+
+
+def test_a_function_raising_mid_read_leaves_no_snapshot_open(
+        db: Any, make_table: Callable[..., conftest.TestTable],
+        make_config: Callable[..., Config]) -> None:
+    """The rows' snapshot ends with the read the function stopped, not when the collector
+    gets to it: an open one would hold its transaction, and a DROP of the table, meanwhile."""
+    table = make_table(PEOPLE)
+    insert(db, table.name, 1, 50)
+    sql(db, f"UPDATE `{table.name}` SET price = -1 WHERE id = 21")  # the function raises
+    config = make_config(table.entry(transform=PRICED), canary={"enabled": False})
+    reads = reads_for(config, config.tables[0])
+    open_before = sql(db, "SELECT COUNT(*) FROM information_schema.INNODB_TRX")[0][0]
+    gc.disable()  # what the collector would close later must already be closed
+    try:
+        with pytest.raises(DecodeError, match="raised on row 21") as caught:
+            reads.chunk_hashes(10, [0, 1, 2, 3])
+        # The error kept, as a log record or a paused verification keeps it: its traceback
+        # holds the frames of the read it ended.
+        assert caught.value.__traceback__ is not None
+        open_after = sql(db, "SELECT COUNT(*) FROM information_schema.INNODB_TRX")[0][0]
+    finally:
+        del caught  # then collected: a failure here must not hang the table's DROP
+        gc.enable()
+        gc.collect()
+    assert open_after == open_before
