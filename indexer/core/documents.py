@@ -19,7 +19,7 @@ from indexer import transforms
 from indexer.core import conditions
 from indexer.core.checksums import content_hash
 from indexer.core.events import Change
-from indexer.core.routing import routing_of
+from indexer.core.routing import routing_of, scalar_text
 from indexer.core.sources import EPOCH_ZERO, Epoch, binlog_file_number
 from indexer.core.versions import (
     FILE_BITS,
@@ -95,13 +95,8 @@ def column_version(value: Any, column: str) -> int:
 
 
 def id_part(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int | float):
-        return repr(value)
-    return orjson.dumps(value).decode()
+    text = scalar_text(value)
+    return text if text is not None else orjson.dumps(value).decode()
 
 
 def document_id(key: Mapping[str, Any]) -> str:

@@ -32,16 +32,24 @@ def value_at(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     return found
 
 
-def routing_of(value: Any, doc_id: str, name: str) -> str:
-    """The routing text for a value (None or empty: the id's)."""
-    if value is None or value == "":
-        return doc_id
+def scalar_text(value: Any) -> str | None:
+    """A single value as ids and routings spell it (None: not a single value)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return value
     if isinstance(value, int | float):
         return repr(value)
+    return None
+
+
+def routing_of(value: Any, doc_id: str, name: str) -> str:
+    """The routing text for a value (None or empty: the id's)."""
+    if value is None or value == "":
+        return doc_id
+    text = scalar_text(value)
+    if text is not None:
+        return text
     raise DecodeError("invalid-routing", f"the routing field {name!r} holds a "
                       f"{type(value).__name__}; routing takes a single value")
 
