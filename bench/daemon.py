@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,24 +90,36 @@ def ceiling_bodies(events: Events, n: int) -> list[bytes]:
 
 
 async def raw_ceiling(bodies: list[bytes], n: int,
-                      settings: dict[str, Any] | None = None) -> float:
+                      settings: dict[str, Any] | None = None,
+                      preload: list[bytes] | None = None) -> float:
     """docs/s of n documents' prebuilt NDJSON posted by a minimal aiohttp client, as many bulks in
     flight as indexer, into a fresh index with the mapping `indexer` gives it plus ``settings`` (the
     reindex's load settings), so Elasticsearch does the same work per document as for
-    `indexer`."""
+    `indexer`. ``preload`` is posted first, untimed (and its merges waited for): with the same
+    documents at lower versions, the timed bodies are updates, each replacing a document, as a
+    stream of updates pays."""
     async with aiohttp.ClientSession(base_url=ES) as http:
         index = await _bench_index(http, settings)
-        queue = iter(bodies)
 
-        async def worker() -> None:
+        async def post(queue: Iterator[bytes]) -> None:
             for body in queue:
                 async with http.post(f"/{index}/_bulk?filter_path=errors", data=body,
                                      headers={"Content-Type": "application/x-ndjson"}) as r:
                     answer = await r.json()
                     assert answer == {"errors": False}, answer
 
+        if preload:
+            loading = iter(preload)
+            await asyncio.gather(*(post(loading) for _ in range(IN_FLIGHT)))
+            while True:  # the load's merges end before the timed posts, as a burst's wait
+                async with http.get("/_nodes/stats/indices/merge") as r:
+                    nodes = (await r.json())["nodes"].values()
+                if not sum(node["indices"]["merges"]["current"] for node in nodes):
+                    break
+                await asyncio.sleep(1)
+        queue = iter(bodies)
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+        await asyncio.gather(*(post(queue) for _ in range(IN_FLIGHT)))
         elapsed = time.perf_counter() - started
         await (await http.delete(f"/{index}")).read()
     return n / elapsed

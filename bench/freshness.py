@@ -37,6 +37,7 @@ from bench.common import (
     pin,
     pin_protocol,
     search_client,
+    server_cpu,
     unique,
     unpin,
     wait_for_topic,
@@ -95,6 +96,7 @@ async def measure(rate: int, seconds: float, per_commit: int, variant: Variant) 
             seen: dict[int, float] = {}
             done = threading.Event()
             cpu_before, bulks_before = cpu_seconds(proc.pid), bulks_sent()
+            es_before = server_cpu("elasticsearch")
             thread = threading.Thread(target=writer, args=(table, rate, seconds, per_commit,
                                                            committed, done))
             thread.start()
@@ -115,6 +117,7 @@ async def measure(rate: int, seconds: float, per_commit: int, variant: Variant) 
                 await asyncio.sleep(POLL_S)
             thread.join()
             cpu_us = (cpu_seconds(proc.pid) - cpu_before) / len(committed) * 1e6
+            es_us = (server_cpu("elasticsearch") - es_before) / len(committed) * 1e6
             per_bulk = len(committed) / max(1.0, bulks_sent() - bulks_before)
         finally:
             proc.terminate()
@@ -130,7 +133,8 @@ async def measure(rate: int, seconds: float, per_commit: int, variant: Variant) 
     p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
     print(f"{variant.label}: {len(committed)} rows at {len(committed) / seconds:.0f} rows/s | "
           f"p50 {p50:.3f} s | p99 {p99:.3f} s | max {lags[-1]:.3f} s | never seen {missing} | "
-          f"indexer {cpu_us:.0f} µs CPU per row, {per_bulk:.0f} docs per bulk", flush=True)
+          f"µs CPU per row: indexer {cpu_us:.0f}, Elasticsearch {es_us:.0f} (its searches "
+          f"included) | {per_bulk:.0f} docs per bulk", flush=True)
 
 
 async def main() -> None:

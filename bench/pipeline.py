@@ -21,9 +21,14 @@ original is put back at the end. The variants take turns, ``--rounds`` times.
 paused for its bursts (Kafka and Connect idle, their CPU still counted), and "in Kafka" is not
 timed. Its first start loads the table; later rounds resume from its saved position.
 
+Each burst waits until the search server runs no merge, so that it does not pay for the one
+before (another variant's, or a first load's).
+
 ``--ceiling`` ends the run by posting its documents (read back with their versions) raw,
-with bench.daemon's minimal client, into a fresh index of the same mapping: each variant's
-rows/s is then also given as a share of that `_bulk` ceiling.
+with bench.daemon's minimal client, into a fresh index of the same mapping, twice: timed as
+inserts into the empty index, then timed again as updates (posted once more at a higher
+version: each replaces a document, as the bursts' do). Each variant's rows/s is then also
+given as a share of both `_bulk` ceilings; the update ceiling is the run's bar.
 
 ``--backlog`` commits each burst with the daemon stopped (Debezium, when it runs, puts it all
 in Kafka first) and times the daemon from its start until the burst is searchable: the rows/s
@@ -79,6 +84,7 @@ METRICS_PORT = 9479  # the daemon's metrics, read for its bulk count
 POLL_S = 0.1
 LOAD_CHUNK = 5000  # rows per INSERT while loading the table
 CATCH_UP_S = 600
+QUIET_S = 300  # the longest a burst waits for the search server's merges to end
 
 
 @dataclass
@@ -120,12 +126,14 @@ class Burst:
     cpu_us: dict[str, float]  # per process, CPU per row over the window
     bulks: float  # bulks the daemon sent in the window
     rss_mb: float = 0.0  # the daemon's peak resident memory
+    commit_s: float = 0.0  # first UPDATE -> the last transaction committed: MariaDB's share
 
     def line(self) -> str:
         cpu = ", ".join(f"{name} {us:.0f}" for name, us in self.cpu_us.items())
         kafka = (f"in Kafka {self.kafka_s:5.1f} s ({self.rows / self.kafka_s:6,.0f} rows/s)"
                  if self.kafka_s else f"{'(no Kafka)':33}")
-        return (f"{self.variant:18} {kafka} | searchable {self.search_s:5.1f} s "
+        commit = f"committed {self.commit_s:4.1f} s | " if self.commit_s else ""
+        return (f"{self.variant:18} {commit}{kafka} | searchable {self.search_s:5.1f} s "
                 f"({self.rows / self.search_s:6,.0f} rows/s) | µs CPU per row: {cpu} | "
                 f"{self.rows / max(self.bulks, 1):,.0f} docs per bulk | peak RSS "
                 f"{self.rss_mb:,.0f} MB")
@@ -279,24 +287,42 @@ async def wait_topic_end(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer,
         await asyncio.sleep(POLL_S)
 
 
-async def ceiling(es: SearchClient, alias: str) -> tuple[int, float]:
-    """The raw `_bulk` ceiling for this run's documents: every one read back with its version
+async def wait_merges_done(es: SearchClient) -> None:
+    """Until the search server runs no merge: each burst starts on a quiet server, not paying
+    for the merges of the one before (another variant's, or a first load's)."""
+    deadline = time.monotonic() + QUIET_S
+    while time.monotonic() < deadline:
+        stats = await es.request("GET", "/_nodes/stats/indices/merge")
+        if not sum(node["indices"]["merges"]["current"] for node in stats["nodes"].values()):
+            return
+        await asyncio.sleep(1)
+    print(f"(merges still running after {QUIET_S} s: the burst starts anyway)", flush=True)
+
+
+async def ceiling(es: SearchClient, alias: str) -> tuple[int, float, float]:
+    """The raw `_bulk` ceilings for this run's documents: every one read back with its version
     and posted by bench.daemon's minimal client, as many bulks in flight as indexer, into a
     fresh index of the same mapping (merges included, as the run pays for them); (documents,
-    docs/s)."""
-    bodies: list[bytes] = []
-    lines: list[bytes] = []
+    docs/s as inserts into the empty index, docs/s as updates: the same documents posted again
+    at a higher version once loaded, which is the work a burst of updates asks for)."""
+    loads: list[bytes] = []
+    updates: list[bytes] = []
+    lines: dict[int, list[bytes]] = {0: [], 1: []}
     async for hit in es.scan(alias, {"query": {"match_all": {}}, "version": True}):
-        lines.append(orjson.dumps({"index": {"_id": hit["_id"], "version": hit["_version"],
-                                             "version_type": "external"}}))
-        lines.append(orjson.dumps(hit["_source"]))
-        if len(lines) == 2 * BULK_DOCS:
-            bodies.append(b"\n".join(lines) + b"\n")
-            lines = []
-    if lines:
-        bodies.append(b"\n".join(lines) + b"\n")
-    documents = sum(body.count(b"\n") for body in bodies) // 2
-    return documents, await raw_ceiling(bodies, documents)
+        source = orjson.dumps(hit["_source"])
+        for step, bodies in ((0, loads), (1, updates)):
+            lines[step] += [orjson.dumps({"index": {
+                "_id": hit["_id"], "version": hit["_version"] + step,
+                "version_type": "external"}}), source]
+            if len(lines[step]) == 2 * BULK_DOCS:
+                bodies.append(b"\n".join(lines[step]) + b"\n")
+                lines[step] = []
+    for step, bodies in ((0, loads), (1, updates)):
+        if lines[step]:
+            bodies.append(b"\n".join(lines[step]) + b"\n")
+    documents = sum(body.count(b"\n") for body in loads) // 2
+    return (documents, await raw_ceiling(loads, documents),
+            await raw_ceiling(updates, documents, preload=loads))
 
 
 async def measure_backlog(es: SearchClient, config: Path, variant: Variant, alias: str,
@@ -329,9 +355,11 @@ async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
     started = time.perf_counter()
     writer = asyncio.create_task(asyncio.to_thread(update_burst, table, rows, transactions,
                                                    value))
-    kafka_s = search_s = 0.0
+    kafka_s = search_s = commit_s = 0.0
     while not search_s:
         await asyncio.sleep(POLL_S)
+        if not commit_s and writer.done():
+            commit_s = time.perf_counter() - started
         if variant.binlog:  # Debezium is paused: nothing reaches Kafka
             kafka_s = -1.0
         elif not kafka_s and await topic_end(admin, consumer, topic) >= end_before + rows:
@@ -346,7 +374,8 @@ async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
     cpu = {s: server_cpu(s) for s in SERVERS} | {"indexer": cpu_seconds(pid)}
     return Burst(variant.label, rows, max(kafka_s, 0.0), search_s,
                  {name: (cpu[name] - cpu_before[name]) / rows * 1e6 for name in cpu},
-                 bulks_sent() - bulks_before, peak_rss_mb(pid))
+                 bulks_sent() - bulks_before, peak_rss_mb(pid),
+                 commit_s or time.perf_counter() - started)
 
 
 async def main() -> None:
@@ -358,7 +387,7 @@ async def main() -> None:
                         help="label[:indexer.<section>.<key>=v,connector.<key>=v,...]")
     parser.add_argument("--ceiling", action="store_true",
                         help="then post the run's documents raw (bench.daemon's minimal client) "
-                             "and divide each variant's rows/s by that ceiling")
+                             "and divide each variant's rows/s by those ceilings")
     parser.add_argument("--backlog", action="store_true",
                         help="commit each burst with the daemon stopped, then time its start "
                              "until the burst is searchable (and its peak RSS)")
@@ -395,6 +424,7 @@ async def main() -> None:
                             else:
                                 await wait_caught_up(admin, consumer, group, topic)
                             value += 1
+                            await wait_merges_done(es)
                             if not args.backlog:
                                 burst = await measure_burst(
                                     es, admin, consumer, variant, table, topic, alias,
@@ -404,6 +434,7 @@ async def main() -> None:
                                                     args.transactions, value)
                             if not variant.binlog:  # the whole burst in Kafka first
                                 await wait_in_kafka(admin, consumer, group, topic, args.rows)
+                            await wait_merges_done(es)
                             burst = await measure_backlog(es, config, variant, alias,
                                                           args.rows, value)
                         if variant.binlog:
@@ -427,7 +458,8 @@ async def main() -> None:
         db.close()
     print("medians:")
     if args.ceiling:
-        print(f"  raw _bulk ceiling: {raw[0]:,} documents at {raw[1]:,.0f} docs/s")
+        print(f"  raw _bulk ceilings: {raw[0]:,} documents inserted into an empty index at "
+              f"{raw[1]:,.0f} docs/s, updated at {raw[2]:,.0f} docs/s")
     first = None
     for variant in variants:
         mine = [b for b in bursts if b.variant == variant.label]
@@ -436,7 +468,8 @@ async def main() -> None:
         search = statistics.median(b.search_s for b in mine)
         rss = max(b.rss_mb for b in mine)
         first = first or (cpu, indexer, search)
-        vs_raw = f", {args.rows / search / raw[1]:.2f} of the raw ceiling" if args.ceiling else ""
+        vs_raw = (f", {args.rows / search / raw[2]:.2f} of the raw update ceiling, "
+                  f"{args.rows / search / raw[1]:.2f} of the insert one" if args.ceiling else "")
         print(f"  {variant.label:18} searchable after {search:5.1f} s ({first[2] / search:.2f}x "
               f"the rows/s{vs_raw}), all processes {cpu:4.0f} µs CPU per row "
               f"({cpu / first[0]:.2f}), indexer {indexer:3.0f} µs ({indexer / first[1]:.2f}), "
