@@ -27,10 +27,11 @@ DEFAULT_MYSQL_PORT = 3306
 DEFAULT_BATCH_EVENTS = 4000
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
 # A batch waits at least 20 ms for more events (little freshness, many tiny bulks saved) and,
-# as the stream gets faster, up to 200 ms to gather ~1,000 (indexer.core.linger): a tenth of the
-# ~1.5 s from commit to searchable that Elasticsearch's 1 s refresh leaves room for.
+# as the stream gets faster, up to 80 ms to gather ~1,000 (indexer.core.linger): at most ~12
+# bulks a second, and commit to searchable p99 within 1.1 s beside the 1 s refresh (200 ms
+# gave 1.16-1.18 s at 500-1,000 rows/s for a few % less CPU: bench/README.md).
 DEFAULT_LINGER_MS = 20
-DEFAULT_MAX_LINGER_MS = 200
+DEFAULT_MAX_LINGER_MS = 80
 DEFAULT_TARGET_EVENTS = 1000
 # Three bulks in flight keep Elasticsearch busy while the next batch is decoded; with two,
 # the benchmark left both cores idle a third of the time (24k vs 36k events/s). Five made
