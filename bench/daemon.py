@@ -71,6 +71,7 @@ from indexer.settings import (
 from indexer.source.kafka.consumer import KafkaSource
 
 BULK_DOCS = DEFAULT_BATCH_EVENTS
+QUIET_S = 300  # the longest a timed phase waits, in seconds, for merges before it to end
 IN_FLIGHT = DEFAULT_IN_FLIGHT  # as many bulks at once as indexer: a ceiling, not a handicap
 
 
@@ -111,7 +112,8 @@ async def raw_ceiling(bodies: list[bytes], n: int,
         if preload:
             loading = iter(preload)
             await asyncio.gather(*(post(loading) for _ in range(IN_FLIGHT)))
-            while True:  # the load's merges end before the timed posts, as a burst's wait
+            # The load's merges end before the timed posts, as bench.pipeline's bursts wait.
+            for _ in range(QUIET_S):
                 async with http.get("/_nodes/stats/indices/merge") as r:
                     nodes = (await r.json())["nodes"].values()
                 if not sum(node["indices"]["merges"]["current"] for node in nodes):

@@ -72,7 +72,7 @@ from bench.common import (
     server_cpu,
     unique,
 )
-from bench.daemon import BULK_DOCS, committed, raw_ceiling, write_config
+from bench.daemon import BULK_DOCS, QUIET_S, committed, raw_ceiling, write_config
 from indexer.core.sources import binlog_order
 from indexer.search.client import SearchClient
 from indexer.search.state import StateStore
@@ -84,7 +84,6 @@ METRICS_PORT = 9479  # the daemon's metrics, read for its bulk count
 POLL_S = 0.1
 LOAD_CHUNK = 5000  # rows per INSERT while loading the table
 CATCH_UP_S = 600
-QUIET_S = 300  # the longest a burst waits for the search server's merges to end
 
 
 @dataclass
