@@ -86,6 +86,12 @@ class Change:
     after: dict[str, Any] | None
     position: Position
 
+    # mypyc leaves a dataclass's generated __init__ interpreted (5x slower); one per change.
+    def __init__(self, op: str, key: dict[str, Any], before: dict[str, Any] | None,
+                 after: dict[str, Any] | None, position: Position) -> None:
+        self.op, self.key, self.before, self.after, self.position = (op, key, before, after,
+                                                                      position)
+
 
 # Temporal logical types: (formatter of microseconds, multiply, divide to get microseconds,
 # fraction digits when the column's own are unknown).

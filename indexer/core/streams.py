@@ -43,6 +43,15 @@ class Delivery:
     layout: Layout | None = None  # the change's row layout, as decoders compare them
     error: tuple[str, str] | None = None  # (kind, reason): the source could not decode it
 
+    # mypyc leaves a dataclass's generated __init__ interpreted (5x slower); one per change.
+    def __init__(self, stream: Stream, position: int, key: bytes | None, value: bytes | None,
+                 size: int, replay_of: tuple[str, int] | None = None,
+                 headers: Sequence[tuple[str, bytes]] = (), change: Change | None = None,
+                 layout: Layout | None = None, error: tuple[str, str] | None = None) -> None:
+        self.stream, self.position, self.key, self.value = stream, position, key, value
+        self.size, self.replay_of, self.headers = size, replay_of, headers
+        self.change, self.layout, self.error = change, layout, error
+
     def describe(self) -> str:
         return f"{self.stream.name}[{self.stream.part}]@{self.position}"
 

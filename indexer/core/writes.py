@@ -35,3 +35,12 @@ class Op:
     error_reason: str = ""
     attempts: int = 0
     server_errors: int = 0
+
+    # mypyc leaves a dataclass's generated __init__ interpreted (5x slower); one per change.
+    def __init__(self, alias: str, write: Write, index: str | None = None,
+                 version_type: str = "external", outcome: Outcome | None = None,
+                 error_kind: str = "", error_reason: str = "", attempts: int = 0,
+                 server_errors: int = 0) -> None:
+        self.alias, self.write, self.index, self.version_type = alias, write, index, version_type
+        self.outcome, self.error_kind, self.error_reason = outcome, error_kind, error_reason
+        self.attempts, self.server_errors = attempts, server_errors

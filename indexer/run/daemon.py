@@ -64,6 +64,13 @@ class Message:
     error: tuple[str, str] | None = None  # (kind, reason) when it cannot be decoded
     requests: list[Request] | None = None  # joined documents it touches
 
+    # mypyc leaves a dataclass's generated __init__ interpreted (5x slower); one per change.
+    def __init__(self, delivery: Delivery, table: TableConfig, op: Op | None = None,
+                 op_kind: str = "", ts_ms: int = 0, error: tuple[str, str] | None = None,
+                 requests: list[Request] | None = None) -> None:
+        self.delivery, self.table, self.op, self.op_kind = delivery, table, op, op_kind
+        self.ts_ms, self.error, self.requests = ts_ms, error, requests
+
 
 @dataclass
 class _Place:
