@@ -75,6 +75,16 @@ def replica_id(name: str, configured: int) -> int:
     return configured or _REPLICA_ID_BASE + zlib.crc32(name.encode()) % _REPLICA_ID_SPAN
 
 
+class _Outstanding:
+    """Changes delivered and not committed yet: a run of one transaction's changes of one
+    stream, up to ``last``; a restart reads again from ``resume`` until all are committed."""
+
+    __slots__ = ("gtids", "last", "resume", "stream")
+
+    def __init__(self, last: int, stream: Stream, resume: Resume, gtids: str) -> None:
+        self.last, self.stream, self.resume, self.gtids = last, stream, resume, gtids
+
+
 class BinlogSource:
     """Reads the binlog from ``start`` (a whole transaction's start) for the tables given by
     stream name; reconnects from the resume point while MySQL is away."""
@@ -108,8 +118,8 @@ class BinlogSource:
         self._server: Server | None = None
         self._read: deque[bytes] = deque()  # events read, not decoded yet
         self._ready: deque[Delivery] = deque()  # decoded, not handed out yet
-        # not committed yet: (position, stream, its transaction's start, GTID position there)
-        self._out: deque[tuple[int, Stream, Resume, str]] = deque()
+        # not committed yet, a run of a transaction's changes of one stream per entry
+        self._out: deque[_Outstanding] = deque()
         self._committed: dict[Stream, int] = {}
         self._last = -1  # the last position delivered: a reconnect skips up to it
         self._file = ("", 0)  # the last change's binlog file, and its number
@@ -229,7 +239,13 @@ class BinlogSource:
             return
         self._last = position
         stream = self._streams[change.table]
-        self._out.append((position, stream, change.resume, change.resume_gtids))
+        out = self._out
+        run = out[-1] if out else None
+        if (run is not None and run.stream is stream and run.resume == change.resume
+                and run.gtids == change.resume_gtids):
+            run.last = position
+        else:
+            out.append(_Outstanding(position, stream, change.resume, change.resume_gtids))
         self._ready.append(Delivery(stream, position, None, None, change.size,
                                     change=change.change, layout=change.layout,
                                     error=change.error))
@@ -262,7 +278,7 @@ class BinlogSource:
     async def commit(self, positions: dict[Stream, int]) -> None:
         self._committed.update(positions)
         out, committed = self._out, self._committed
-        while out and out[0][0] < committed.get(out[0][1], -1):
+        while out and out[0].last < committed.get(out[0].stream, -1):
             out.popleft()
         await self._save_resume()
 
@@ -278,8 +294,8 @@ class BinlogSource:
         """Where a restart reads from: the oldest outstanding change's transaction, else the
         end of the last whole transaction read; with MariaDB's GTID position there."""
         if self._out:
-            _, _, resume, gtids = self._out[0]
-            return resume, gtids
+            oldest = self._out[0]
+            return oldest.resume, oldest.gtids
         reader = self._reader
         if reader is not None and reader.resume is not None:
             return reader.resume, reader.resume_gtids

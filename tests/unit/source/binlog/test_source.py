@@ -1,4 +1,13 @@
-from indexer.source.binlog.source import BINLOG_PART, position_base
+import asyncio
+from typing import Any
+
+from indexer.core.binlog_changes import RowChange
+from indexer.core.envelope import Position
+from indexer.core.events import Change
+from indexer.core.streams import Stream
+from indexer.outages import Outage
+from indexer.settings import MySQLSettings, TableConfig, VersionSource
+from indexer.source.binlog.source import BINLOG_PART, BinlogSource, position_base
 
 
 def test_a_first_starts_positions_go_on_above_every_binlog_stream_seen_before() -> None:
@@ -7,3 +16,46 @@ def test_a_first_starts_positions_go_on_above_every_binlog_stream_seen_before() 
                "mysql.shop.items/0": 10**12}  # a Kafka partition's offset: not a position
     assert position_base(cursors) == 9_001
 
+
+
+def _change(table: str, pos: int, resume: tuple[str, int]) -> RowChange:
+    where = Position("mysql-bin.000001", pos, 0, 0, None, "false", "mariadb")
+    return RowChange(table, where, frozenset(), resume,
+                     Change("u", {"id": pos}, {"id": pos}, {"id": pos}, where))
+
+
+def _table(name: str) -> TableConfig:
+    return TableConfig("shop", name, f"mysql.shop.{name}", name, f"{name}.json",
+                       VersionSource("binlog"))
+
+
+def test_a_restart_reads_from_the_oldest_transaction_with_a_change_not_committed() -> None:
+    saved: list[dict[str, Any]] = []
+
+    async def save(record: dict[str, Any]) -> None:
+        saved.append(record)
+
+    start = ("mysql-bin.000001", 4)
+    source = BinlogSource(MySQLSettings(), 1, {"a": _table("a"), "b": _table("b")}, start,
+                          save, Outage("MySQL", "changes"), 1.0)
+    first, second = ("mysql-bin.000001", 100), ("mysql-bin.000001", 900)
+    # One transaction's changes of two tables, interleaved; then a second transaction.
+    for table, pos, resume in [("shop.a", 120, first), ("shop.a", 130, first),
+                               ("shop.b", 140, first), ("shop.a", 150, first),
+                               ("shop.a", 920, second)]:
+        source._deliver(_change(table, pos, resume))
+    a, b = (Stream(name, BINLOG_PART) for name in ("a", "b"))
+    ordered = [delivery.position for delivery in source._ready]
+    assert ordered == sorted(set(ordered)) and len(ordered) == 5
+
+    async def commit(stream: Stream, through: int) -> tuple[str, int]:
+        await source.commit({stream: through + 1})
+        return source.read_through()
+
+    async def go() -> None:
+        # Table a committed up to its third change: b's change of the first transaction is not.
+        assert await commit(a, ordered[3]) == first
+        assert await commit(b, ordered[2]) == second  # the first transaction, whole
+        assert await commit(a, ordered[4]) == start  # nothing outstanding, nothing read on
+
+    asyncio.run(go())
