@@ -17,7 +17,6 @@ def test_a_first_starts_positions_go_on_above_every_binlog_stream_seen_before() 
     assert position_base(cursors) == 9_001
 
 
-
 def _change(table: str, pos: int, resume: tuple[str, int]) -> RowChange:
     where = Position("mysql-bin.000001", pos, 0, 0, None, "false", "mariadb")
     return RowChange(table, where, frozenset(), resume,
@@ -59,3 +58,5 @@ def test_a_restart_reads_from_the_oldest_transaction_with_a_change_not_committed
         assert await commit(a, ordered[4]) == start  # nothing outstanding, nothing read on
 
     asyncio.run(go())
+    # Saved at most every second: the first commit's point, the first transaction's start.
+    assert [(record["file"], record["pos"]) for record in saved] == [first]
