@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from indexer.core.sources import binlog_order
 from indexer.errors import BinlogPurged, ConfigError
 from indexer.jobs.binlog_letters import LetterReplay
 from indexer.jobs.dlq import replay
@@ -235,6 +236,31 @@ async def test_kill_9_mid_stream_then_restart_loses_nothing(
     second = spawn(config_file)
     await wait_for_documents(es, table.alias, expected_rows(db, table.name), timeout=120)
     assert second.proc.poll() is None, second.tail()
+
+
+async def test_a_quiet_tables_resume_point_moves_on_while_other_tables_change(
+        db: Any, es: SearchClient, make_table: Any, make_config: Any, spawn: Any,
+        tmp_path: Path) -> None:
+    """Only another table changes: the saved resume point still follows the binlog, so a
+    restart does not read all of it again (nor find it purged)."""
+    table, other = make_table(COLUMNS), make_table(COLUMNS)
+    config_file = tmp_path / "indexer.toml"
+    config = make_config(table.entry(), file=config_file,
+                         source={"kind": "binlog", "name": unique("it-binlog")},
+                         canary={"enabled": False})
+    daemon = spawn(config_file)
+    await wait_until(lambda: _has_position(es, config), 60, "the first start's load")
+    insert_rows(db, other.name, 1, 20_000, chunk=100)
+    file, pos = sql(db, "SHOW MASTER STATUS")[0][:2]
+    end = binlog_order((str(file), int(pos)))
+
+    async def saved_past_the_other_tables_writes() -> bool:
+        saved = await StateStore(es).binlog_position(config.source.name)
+        return saved is not None and binlog_order((saved["file"], saved["pos"])) >= end
+
+    await wait_until(saved_past_the_other_tables_writes, 30, "the resume point to move on")
+    assert await count(es, table.alias) == 0
+    assert daemon.proc.poll() is None, daemon.tail()
 
 
 async def test_a_lost_connection_and_a_new_binlog_file_under_writes_lose_nothing(

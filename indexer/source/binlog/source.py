@@ -198,12 +198,17 @@ class BinlogSource:
     async def fetch(self, max_items: int, timeout_ms: int) -> Deliveries:
         self._still_reader()
         ready, events = self._ready, self._read
+        deadline = time.monotonic() + timeout_ms / 1000
+        read = False
         # Decoded only as far as asked: a rows event holds up to hundreds of changes, and a
         # backlog waits in the server's binlog, not in memory.
         while len(ready) < max_items:
             if not events:
-                events.extend(await self._events(FETCH_EVENTS,
-                                                 0 if ready else timeout_ms / 1000))
+                wait = 0.0 if ready else deadline - time.monotonic()
+                if read and wait < 0:  # the time asked for went on other tables' events
+                    break
+                events.extend(await self._events(FETCH_EVENTS, max(0.0, wait)))
+                read = True
                 if not events:
                     break
             reader = self._reader  # a new one after a reconnect
@@ -220,6 +225,11 @@ class BinlogSource:
         for _ in range(min(max_items, len(ready))):
             delivery = ready.popleft()
             found.setdefault(delivery.stream, []).append(delivery)
+        if not self._out:
+            # Nothing delivered waits for a commit, which is what saves the resume point: while
+            # only other tables change, it is saved here, or a restart would read all of their
+            # binlog again and could find it purged.
+            await self._save_resume()
         return found
 
     async def _learn(self, unknown: UnknownColumns) -> None:
