@@ -5,7 +5,10 @@ daemon's and the connector's settings in the same run.
     .venv/bin/python -m bench.pipeline --rows 196500 --transactions 10 --rounds 2 \
         --variant default --variant fixed-20ms:indexer.batch.max_linger_ms=20
 
-A table of ``--rows`` rows is loaded and indexed first. Each burst then updates every row in
+Each variant has a table of ``--rows`` rows of its own, loaded and indexed into an index of its
+own first, so that each index goes through only its own variant's bursts, as a deployment's
+would (until 2026-12-05 the variants took turns on one table and one index). Each burst then
+updates every row in
 ``--transactions`` transactions (one UPDATE of a key range each, committed back to back), and
 is timed from its first commit until every row's change is in Kafka and until every document
 shows the burst's value in a search (Elasticsearch's default 1 s refresh included). CPU per
@@ -114,6 +117,26 @@ class Variant:
         if variant.binlog:
             variant.env.setdefault("INDEXER_SOURCE__NAME", unique(f"bench-{label}"))
         return variant
+
+
+@dataclass
+class Lane:
+    """One variant's own table, its Debezium topic, and the daemon's configuration and index."""
+    table: str
+    topic: str
+    config: Path
+    group: str
+    alias: str
+
+    @classmethod
+    def load(cls, folder: Path, rows: int) -> Lane:
+        table = unique("pipeline")
+        topic = f"mysql.{DATABASE}.{table}"
+        print(f"loading {rows:,} rows into {table}", flush=True)
+        load_table(table, rows)
+        lane = folder / table
+        lane.mkdir()
+        return cls(table, topic, *write_config(lane, table, topic, True))
 
 
 @dataclass
@@ -324,15 +347,15 @@ async def ceiling(es: SearchClient, alias: str) -> tuple[int, float, float]:
             await raw_ceiling(updates, documents, preload=loads))
 
 
-async def measure_backlog(es: SearchClient, config: Path, variant: Variant, alias: str,
-                          rows: int, value: int) -> Burst:
+async def measure_backlog(es: SearchClient, variant: Variant, lane: Lane, rows: int,
+                          value: int) -> Burst:
     """The burst already committed while the daemon was stopped: from the daemon's start
     (its process spawned) until every document shows it."""
     cpu_before = {s: server_cpu(s) for s in SERVERS}
     started = time.perf_counter()
-    async with daemon(config, variant.env) as pid:
+    async with daemon(lane.config, variant.env) as pid:
         bulks_before = bulks_sent()  # counted from the start: the process is new
-        while await es.count(alias, {"term": {"qty": value}}) < rows:
+        while await es.count(lane.alias, {"term": {"qty": value}}) < rows:
             await asyncio.sleep(POLL_S)
             if time.perf_counter() - started > CATCH_UP_S:
                 raise RuntimeError("the backlog did not become searchable in time")
@@ -345,15 +368,14 @@ async def measure_backlog(es: SearchClient, config: Path, variant: Variant, alia
 
 
 async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
-                        consumer: AIOKafkaConsumer, variant: Variant,
-                        table: str, topic: str, alias: str, rows: int, transactions: int,
-                        value: int, pid: int) -> Burst:
-    end_before = await topic_end(admin, consumer, topic)
+                        consumer: AIOKafkaConsumer, variant: Variant, lane: Lane, rows: int,
+                        transactions: int, value: int, pid: int) -> Burst:
+    end_before = await topic_end(admin, consumer, lane.topic)
     cpu_before = {s: server_cpu(s) for s in SERVERS} | {"indexer": cpu_seconds(pid)}
     bulks_before = bulks_sent()
     started = time.perf_counter()
-    writer = asyncio.create_task(asyncio.to_thread(update_burst, table, rows, transactions,
-                                                   value))
+    writer = asyncio.create_task(asyncio.to_thread(update_burst, lane.table, rows,
+                                                   transactions, value))
     kafka_s = search_s = commit_s = 0.0
     while not search_s:
         await asyncio.sleep(POLL_S)
@@ -361,10 +383,10 @@ async def measure_burst(es: SearchClient, admin: AIOKafkaAdminClient,
             commit_s = time.perf_counter() - started
         if variant.binlog:  # Debezium is paused: nothing reaches Kafka
             kafka_s = -1.0
-        elif not kafka_s and await topic_end(admin, consumer, topic) >= end_before + rows:
+        elif not kafka_s and await topic_end(admin, consumer, lane.topic) >= end_before + rows:
             kafka_s = time.perf_counter() - started
         if kafka_s:
-            found = await es.count(alias, {"term": {"qty": value}})
+            found = await es.count(lane.alias, {"term": {"qty": value}})
             if found >= rows:
                 search_s = time.perf_counter() - started
         if time.perf_counter() - started > CATCH_UP_S:
@@ -392,60 +414,61 @@ async def main() -> None:
                              "until the burst is searchable (and its peak RSS)")
     args = parser.parse_args()
     variants: list[Variant] = args.variant or [Variant("default")]
-    table = unique("pipeline")
-    topic = f"mysql.{DATABASE}.{table}"
     original = rest("GET", f"/connectors/{CONNECTOR}/config")
     current: dict[str, str] = {}
-    print(f"loading {args.rows:,} rows into {table}", flush=True)
-    load_table(table, args.rows)
     admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
     consumer = AIOKafkaConsumer(bootstrap_servers=KAFKA)
     await admin.start()
     await consumer.start()
     bursts: list[Burst] = []
+    lanes: dict[str, Lane] = {}
     try:
         async with search_client() as es:
             with tempfile.TemporaryDirectory() as tmp:
-                config, group, alias = write_config(Path(tmp), table, topic, True)
+                for variant in variants:
+                    lanes[variant.label] = Lane.load(Path(tmp), args.rows)
                 value = 0
                 for _ in range(args.rounds):
                     for variant in variants:
+                        lane = lanes[variant.label]
                         if variant.connector != current:
                             await configure_connector({**original, **variant.connector})
                             current = variant.connector
                         if variant.binlog:
                             await pause_connector(True)
-                            paused_at = await topic_end(admin, consumer, topic)
-                        async with daemon(config, variant.env) as pid:
+                            paused_at = await topic_end(admin, consumer, lane.topic)
+                        async with daemon(lane.config, variant.env) as pid:
                             if variant.binlog:
                                 await wait_binlog_caught_up(
                                     es, variant.env["INDEXER_SOURCE__NAME"])
                             else:
-                                await wait_caught_up(admin, consumer, group, topic)
+                                await wait_caught_up(admin, consumer, lane.group, lane.topic)
                             value += 1
                             await wait_merges_done(es)
                             if not args.backlog:
                                 burst = await measure_burst(
-                                    es, admin, consumer, variant, table, topic, alias,
-                                    args.rows, args.transactions, value, pid)
+                                    es, admin, consumer, variant, lane, args.rows,
+                                    args.transactions, value, pid)
                         if args.backlog:
-                            await asyncio.to_thread(update_burst, table, args.rows,
+                            await asyncio.to_thread(update_burst, lane.table, args.rows,
                                                     args.transactions, value)
                             if not variant.binlog:  # the whole burst in Kafka first
-                                await wait_in_kafka(admin, consumer, group, topic, args.rows)
+                                await wait_in_kafka(admin, consumer, lane.group, lane.topic,
+                                                    args.rows)
                             await wait_merges_done(es)
-                            burst = await measure_backlog(es, config, variant, alias,
-                                                          args.rows, value)
+                            burst = await measure_backlog(es, variant, lane, args.rows, value)
                         if variant.binlog:
                             await pause_connector(False)
                             # Debezium streams the burst it missed: in Kafka before the next
-                            # variant's wait for its daemon to catch up, which reads the end.
-                            await wait_topic_end(admin, consumer, topic, paused_at + args.rows)
+                            # variant's burst, whose Connect would otherwise be doing it.
+                            await wait_topic_end(admin, consumer, lane.topic,
+                                                 paused_at + args.rows)
                         print(burst.line(), flush=True)
                         bursts.append(burst)
                 if args.ceiling:
-                    raw = await ceiling(es, alias)
-                await es.delete_matching(f"{alias}-v*")
+                    raw = await ceiling(es, lanes[variants[0].label].alias)
+                for lane in lanes.values():
+                    await es.delete_matching(f"{lane.alias}-v*")
     finally:
         if current:
             await configure_connector(original)
@@ -453,7 +476,8 @@ async def main() -> None:
         await admin.close()
         db = mysql()
         with db.cursor() as cur:
-            cur.execute(f"DROP TABLE `{table}`")
+            for lane in lanes.values():
+                cur.execute(f"DROP TABLE `{lane.table}`")
         db.close()
     print("medians:")
     if args.ceiling:
