@@ -73,6 +73,7 @@ from indexer.source.kafka.consumer import KafkaSource
 BULK_DOCS = DEFAULT_BATCH_EVENTS
 QUIET_S = 300  # the longest a timed phase waits, in seconds, for merges before it to end
 IN_FLIGHT = DEFAULT_IN_FLIGHT  # as many bulks at once as indexer: a ceiling, not a handicap
+SEARCH_POLL_S = 0.1  # a searched ceiling polls its count as often as bench.pipeline's bursts
 
 
 def ceiling_bodies(events: Events, n: int) -> list[bytes]:
@@ -92,13 +93,16 @@ def ceiling_bodies(events: Events, n: int) -> list[bytes]:
 
 async def raw_ceiling(bodies: list[bytes], n: int,
                       settings: dict[str, Any] | None = None,
-                      preload: list[bytes] | None = None) -> float:
+                      preload: list[bytes] | None = None,
+                      searched: dict[str, Any] | None = None) -> float:
     """docs/s of n documents' prebuilt NDJSON posted by a minimal aiohttp client, as many bulks in
     flight as indexer, into a fresh index with the mapping `indexer` gives it plus ``settings`` (the
     reindex's load settings), so Elasticsearch does the same work per document as for
     `indexer`. ``preload`` is posted first, untimed (and its merges waited for): with the same
     documents at lower versions, the timed bodies are updates, each replacing a document, as a
-    stream of updates pays."""
+    stream of updates pays. With ``searched`` (a query the timed documents match), the time
+    lasts until its count is n, polled from the first post as often as bench.pipeline polls a
+    burst: searchable, and the refreshes that searching brings paid for, as a burst's are."""
     async with aiohttp.ClientSession(base_url=ES) as http:
         index = await _bench_index(http, settings)
 
@@ -119,9 +123,17 @@ async def raw_ceiling(bodies: list[bytes], n: int,
                 if not sum(node["indices"]["merges"]["current"] for node in nodes):
                     break
                 await asyncio.sleep(1)
+        async def searchable(query: dict[str, Any]) -> None:
+            while True:
+                async with http.post(f"/{index}/_count", json={"query": query}) as r:
+                    if (await r.json())["count"] >= n:
+                        return
+                await asyncio.sleep(SEARCH_POLL_S)
+
         queue = iter(bodies)
         started = time.perf_counter()
-        await asyncio.gather(*(post(queue) for _ in range(IN_FLIGHT)))
+        await asyncio.gather(*(post(queue) for _ in range(IN_FLIGHT)),
+                             *([searchable(searched)] if searched else []))
         elapsed = time.perf_counter() - started
         await (await http.delete(f"/{index}")).read()
     return n / elapsed

@@ -30,8 +30,11 @@ before (another variant's, or a first load's).
 ``--ceiling`` ends the run by posting its documents (read back with their versions) raw,
 with bench.daemon's minimal client, into a fresh index of the same mapping, twice: timed as
 inserts into the empty index, then timed again as updates (posted once more at a higher
-version: each replaces a document, as the bursts' do). Each variant's rows/s is then also
-given as a share of both `_bulk` ceilings; the update ceiling is the run's bar.
+version and a new ``qty``: each replaces a document, as the bursts' do), and once more as
+updates timed until a count of the new ``qty`` finds them all, polled every 0.1 s from the
+first post, as a burst is timed (the searches keep the index refreshing every second, which
+an index nobody searches does not). Each variant's rows/s is then also given as a share of
+each `_bulk` ceiling; the update ceiling is the run's bar.
 
 ``--backlog`` commits each burst with the daemon stopped (Debezium, when it runs, puts it all
 in Kafka first) and times the daemon from its start until the burst is searchable: the rows/s
@@ -87,6 +90,7 @@ METRICS_PORT = 9479  # the daemon's metrics, read for its bulk count
 POLL_S = 0.1
 LOAD_CHUNK = 5000  # rows per INSERT while loading the table
 CATCH_UP_S = 600
+CEILING_QTY = -1  # the ceiling's updates' new value: no burst sets it
 
 
 @dataclass
@@ -321,21 +325,22 @@ async def wait_merges_done(es: SearchClient) -> None:
     print(f"(merges still running after {QUIET_S} s: the burst starts anyway)", flush=True)
 
 
-async def ceiling(es: SearchClient, alias: str) -> tuple[int, float, float]:
+async def ceiling(es: SearchClient, alias: str) -> tuple[int, float, float, float]:
     """The raw `_bulk` ceilings for this run's documents: every one read back with its version
     and posted by bench.daemon's minimal client, as many bulks in flight as indexer, into a
     fresh index of the same mapping (merges included, as the run pays for them); (documents,
     docs/s as inserts into the empty index, docs/s as updates: the same documents posted again
-    at a higher version once loaded, which is the work a burst of updates asks for)."""
+    at a higher version and a new ``qty`` once loaded, which is the work a burst of updates
+    asks for; and the same updates timed until searchable, their count polled as a burst's)."""
     loads: list[bytes] = []
     updates: list[bytes] = []
     lines: dict[int, list[bytes]] = {0: [], 1: []}
     async for hit in es.scan(alias, {"query": {"match_all": {}}, "version": True}):
-        source = orjson.dumps(hit["_source"])
         for step, bodies in ((0, loads), (1, updates)):
+            source = hit["_source"] if step == 0 else {**hit["_source"], "qty": CEILING_QTY}
             lines[step] += [orjson.dumps({"index": {
                 "_id": hit["_id"], "version": hit["_version"] + step,
-                "version_type": "external"}}), source]
+                "version_type": "external"}}), orjson.dumps(source)]
             if len(lines[step]) == 2 * BULK_DOCS:
                 bodies.append(b"\n".join(lines[step]) + b"\n")
                 lines[step] = []
@@ -344,7 +349,9 @@ async def ceiling(es: SearchClient, alias: str) -> tuple[int, float, float]:
             bodies.append(b"\n".join(lines[step]) + b"\n")
     documents = sum(body.count(b"\n") for body in loads) // 2
     return (documents, await raw_ceiling(loads, documents),
-            await raw_ceiling(updates, documents, preload=loads))
+            await raw_ceiling(updates, documents, preload=loads),
+            await raw_ceiling(updates, documents, preload=loads,
+                              searched={"term": {"qty": CEILING_QTY}}))
 
 
 async def measure_backlog(es: SearchClient, variant: Variant, lane: Lane, rows: int,
@@ -482,7 +489,8 @@ async def main() -> None:
     print("medians:")
     if args.ceiling:
         print(f"  raw _bulk ceilings: {raw[0]:,} documents inserted into an empty index at "
-              f"{raw[1]:,.0f} docs/s, updated at {raw[2]:,.0f} docs/s")
+              f"{raw[1]:,.0f} docs/s, updated at {raw[2]:,.0f} docs/s, updated and searchable "
+              f"(searched as a burst is) at {raw[3]:,.0f} docs/s")
     first = None
     for variant in variants:
         mine = [b for b in bursts if b.variant == variant.label]
@@ -492,6 +500,7 @@ async def main() -> None:
         rss = max(b.rss_mb for b in mine)
         first = first or (cpu, indexer, search)
         vs_raw = (f", {args.rows / search / raw[2]:.2f} of the raw update ceiling, "
+                  f"{args.rows / search / raw[3]:.2f} of the searched one, "
                   f"{args.rows / search / raw[1]:.2f} of the insert one" if args.ceiling else "")
         print(f"  {variant.label:18} searchable after {search:5.1f} s ({first[2] / search:.2f}x "
               f"the rows/s{vs_raw}), all processes {cpu:4.0f} µs CPU per row "
