@@ -123,6 +123,7 @@ async def raw_ceiling(bodies: list[bytes], n: int,
                 if not sum(node["indices"]["merges"]["current"] for node in nodes):
                     break
                 await asyncio.sleep(1)
+
         async def searchable(query: dict[str, Any]) -> None:
             while True:
                 async with http.post(f"/{index}/_count", json={"query": query}) as r:

@@ -204,10 +204,11 @@ class BinlogSource:
         # backlog waits in the server's binlog, not in memory.
         while len(ready) < max_items:
             if not events:
-                wait = 0.0 if ready else deadline - time.monotonic()
-                if read and wait < 0:  # the time asked for went on other tables' events
-                    break
-                events.extend(await self._events(FETCH_EVENTS, max(0.0, wait)))
+                now = time.monotonic()
+                if read and not ready and now >= deadline:
+                    break  # the time asked for went on other tables' events
+                events.extend(await self._events(FETCH_EVENTS,
+                                                 0.0 if ready else deadline - now))
                 read = True
                 if not events:
                     break
