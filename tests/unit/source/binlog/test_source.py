@@ -60,3 +60,42 @@ def test_a_restart_reads_from_the_oldest_transaction_with_a_change_not_committed
     asyncio.run(go())
     # Saved at most every second: the first commit's point, the first transaction's start.
     assert [(record["file"], record["pos"]) for record in saved] == [first]
+
+
+class _OtherTablesEvents:
+    """A stream that never runs dry: another table's events, without end."""
+
+    async def read(self, max_events: int, timeout_s: float) -> list[bytes]:
+        await asyncio.sleep(0)
+        return [b"event"] * 10
+
+
+class _NoneOfOurs:
+    """Reads each event as a whole transaction of another table: no change to deliver."""
+
+    resume, resume_gtids = ("mysql-bin.000001", 4), ""
+
+    def feed(self, event: bytes) -> list[RowChange]:
+        self.resume = (self.resume[0], self.resume[1] + 100)
+        return []
+
+
+def test_while_only_other_tables_change_a_fetch_returns_and_the_resume_point_moves_on() -> None:
+    saved: list[dict[str, Any]] = []
+
+    async def save(record: dict[str, Any]) -> None:
+        saved.append(record)
+
+    source = BinlogSource(MySQLSettings(), 1, {"a": _table("a")}, ("mysql-bin.000001", 4),
+                          save, Outage("MySQL", "changes"), 1.0)
+    internals: Any = source
+    internals._stream, internals._reader = _OtherTablesEvents(), _NoneOfOurs()
+
+    async def go() -> None:
+        # Without end of events, the fetch still returns once its 50 ms are spent.
+        assert await asyncio.wait_for(source.fetch(100, 50), 10) == {}
+
+    asyncio.run(go())
+    # Saved past the other tables' transactions read (once: at most every second).
+    assert [(record["file"], record["pos"] > 4) for record in saved] == [
+        ("mysql-bin.000001", True)]
