@@ -8,12 +8,12 @@ daemon's and the connector's settings in the same run.
 Each variant has a table of ``--rows`` rows of its own, loaded and indexed into an index of its
 own first, so that each index goes through only its own variant's bursts, as a deployment's
 would (until 2026-12-05 the variants took turns on one table and one index). Each burst then
-updates every row in
-``--transactions`` transactions (one UPDATE of a key range each, committed back to back), and
-is timed from its first commit until every row's change is in Kafka and until every document
-shows the burst's value in a search (Elasticsearch's default 1 s refresh included). CPU per
-row is each process's CPU time over that window divided by the rows. Nothing is pinned: the
-servers and the daemon share both cores, as on a small machine that runs all of them.
+updates every row in ``--transactions`` transactions (one UPDATE of a key range each, committed
+back to back), and is timed from its first commit until every row's change is in Kafka and
+until every document shows the burst's value in a search (Elasticsearch's default 1 s refresh
+included). CPU per row is each process's CPU time over that window divided by the rows. Nothing
+is pinned: the servers and the daemon share both cores, as on a small machine that runs all of
+them.
 
 A variant is ``label[:setting=value,...]``: ``indexer.<section>.<key>=v`` is passed to the
 daemon as ``INDEXER_<SECTION>__<KEY>``; ``connector.<key>=v`` is set in the running connector's
@@ -28,7 +28,7 @@ Each burst waits until the search server runs no merge, so that it does not pay 
 before (another variant's, or a first load's).
 
 ``--ceiling`` ends the run by posting its documents (read back with their versions) raw,
-with bench.daemon's minimal client, into a fresh index of the same mapping, twice: timed as
+with bench.daemon's minimal client, into a fresh index of the same mapping: timed as
 inserts into the empty index, then timed again as updates (posted once more at a higher
 version and a new ``qty``: each replaces a document, as the bursts' do), and once more as
 updates timed until a count of the new ``qty`` finds them all, polled every 0.1 s from the
