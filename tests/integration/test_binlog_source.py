@@ -29,6 +29,7 @@ from indexer.search.client import SearchClient
 from indexer.search.dead_letters import DEAD_LETTER_INDEX
 from indexer.search.state import StateStore
 from indexer.settings import Config
+from indexer.source.binlog.replication import binlog_end_of
 from tests.integration import conftest
 from tests.integration import test_outage_logs as outage_logs
 from tests.integration import test_sources as failover
@@ -251,8 +252,7 @@ async def test_a_quiet_tables_resume_point_moves_on_while_other_tables_change(
     daemon = spawn(config_file)
     await wait_until(lambda: _has_position(es, config), 60, "the first start's load")
     insert_rows(db, other.name, 1, 20_000, chunk=100)
-    file, pos = sql(db, "SHOW MASTER STATUS")[0][:2]
-    end = binlog_order((str(file), int(pos)))
+    end = binlog_order(binlog_end_of(config.mysql))
 
     async def saved_past_the_other_tables_writes() -> bool:
         saved = await StateStore(es).binlog_position(config.source.name)
