@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -39,6 +39,11 @@ from indexer.core.geometry import Geometry
 # sorted), no longer as compact text, which MariaDB keeps as it was written ("1.50", "1e2").
 CHECKSUM_FORMAT = 3
 CHECKSUM_META = "indexer_checksum"
+# A document's content hash, as :func:`content_hash` takes it (the document, spaced).
+Hasher = Callable[[Mapping[str, Any], bool], int]
+# The native module's content_hash(doc, spaced, hash_text): the CRC32, or None (declined).
+NativeHash = Callable[[dict[str, Any], bool, Callable[[Any, bool], str]], int | None]
+
 # Distinct field lists seen (one per table layout): more than any deployment has live.
 LAYOUTS_CACHED = 256
 
@@ -155,3 +160,19 @@ def content_hash(doc: Mapping[str, Any], spaced: bool = False) -> int:
 @functools.lru_cache(maxsize=LAYOUTS_CACHED)
 def _prefixes(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple((name, f"#{name}=") for name in sorted(names))
+
+
+class NativeHasher:
+    """:func:`content_hash` through the native module's (``native/src/checksum.rs``), which
+    writes strings and integers itself, every other value through :func:`hash_text`, and
+    declines a document it cannot hash exactly: the reference hashes that one."""
+
+    def __init__(self, native: NativeHash) -> None:
+        self._native = native
+
+    def __call__(self, doc: Mapping[str, Any], spaced: bool = False) -> int:
+        if type(doc) is dict:
+            found = self._native(doc, spaced, hash_text)
+            if found is not None:
+                return found
+        return content_hash(doc, spaced)

@@ -17,7 +17,7 @@ import orjson
 
 from indexer import transforms
 from indexer.core import conditions
-from indexer.core.checksums import content_hash
+from indexer.core.checksums import Hasher, content_hash
 from indexer.core.events import Change
 from indexer.core.routing import routing_of, scalar_text
 from indexer.core.sources import EPOCH_ZERO, Epoch, binlog_file_number
@@ -140,7 +140,9 @@ class Write:
 class DocumentBuilder:
     """Per table: projection (include/exclude/rename), id, version and body."""
 
-    def __init__(self, table: TableConfig, server: ServerKind = "auto") -> None:
+    def __init__(self, table: TableConfig, server: ServerKind = "auto",
+                 hasher: Hasher = content_hash) -> None:
+        self._hash = hasher  # the reference's, or the native module's (checksums.NativeHasher)
         # MySQL's JSON texts hash spaced (hash_text); "auto": as each event's connector says.
         self._spaced = server == "mysql"
         self._by_connector = server == "auto"
@@ -191,7 +193,7 @@ class DocumentBuilder:
         """(id, content hash) of the row's document as written, None when it has none."""
         doc_id = document_id(key)
         document = self.shaped(doc_id, row)
-        return None if document is None else (doc_id, content_hash(document, self._spaced))
+        return None if document is None else (doc_id, self._hash(document, self._spaced))
 
     def body(self, key: Mapping[str, Any], doc_id: str, document: Mapping[str, Any],
              spaced: bool) -> bytes:
@@ -204,7 +206,7 @@ class DocumentBuilder:
         # Spliced in by hand rather than merged: the row may be the decoder's own dict, left
         # untouched, and this runs once per document.
         return b'%b%b"%b":{"hash":%d,"%b":%d}}' % (
-            doc[:-1], b"," if len(doc) > 2 else b"", _META_NAME, content_hash(document, spaced),
+            doc[:-1], b"," if len(doc) > 2 else b"", _META_NAME, self._hash(document, spaced),
             chunk, number)
 
     def row_version(self, row: Mapping[str, Any]) -> int:

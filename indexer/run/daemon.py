@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from indexer.build import current_build, load_native
 from indexer.core import native, trees
 from indexer.core.canary import Beat
+from indexer.core.checksums import Hasher, NativeHasher, content_hash
 from indexer.core.documents import (
     DocumentBuilder,
     Write,
@@ -110,8 +111,9 @@ class Daemon:
         self.metrics = metrics or Metrics()
         self._open_parts = parts or open_parts
         self._canary = config.canary_table
-        self._tables = consumed_tables(config)
         module = load_native() if config.batch.native else None
+        hasher = NativeHasher(module.content_hash) if module is not None else content_hash
+        self._tables = consumed_tables(config, hasher)
         if module is not None:
             for table in self._tables.values():
                 if table.builder is not None and not table.places:
@@ -615,14 +617,14 @@ def _holds(message: Message, requests: set[int]) -> bool:
     return bool(message.requests) and any(id(r) in requests for r in message.requests or ())
 
 
-def consumed_tables(config: Config) -> dict[str, _Table]:
+def consumed_tables(config: Config, hasher: Hasher = content_hash) -> dict[str, _Table]:
     """Every stream name (topic) the daemon reads: each table's (its own documents, or a
     tree's root), the canary's, and those of every table joined into a document, each with
     the trees its changes touch."""
     tables: dict[str, _Table] = {}
     canary = (config.canary_table,) if config.canary_table else ()
     for t in (*config.tables, *canary):
-        builder = None if t.joins else DocumentBuilder(t, config.mysql.server)
+        builder = None if t.joins else DocumentBuilder(t, config.mysql.server, hasher)
         tables[t.topic] = _Table(t, EnvelopeDecoder(config.connector, t.column_types,
                                                     watch_layouts=True), builder, [])
     for root in config.tables:

@@ -8,6 +8,7 @@
 //! integer, a version out of range, a row of another layout, anything it cannot parse. A
 //! declined message goes through the Python path, which decides what becomes of it.
 mod binlog;
+mod checksum;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -435,5 +436,6 @@ fn prepare<'py>(py: Python<'py>, keys: &Bound<'py, PyList>, values: &Bound<'py, 
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(prepare, m)?)?;
     m.add_class::<binlog::RowPlan>()?;
+    m.add_function(wrap_pyfunction!(checksum::content_hash, m)?)?;
     Ok(())
 }

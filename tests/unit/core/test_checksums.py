@@ -1,8 +1,19 @@
 import zlib
+from types import ModuleType
+from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from indexer.core.checksums import content_hash, double_text, hash_text, normal_json
+from indexer.core.checksums import (
+    NativeHasher,
+    content_hash,
+    double_text,
+    hash_text,
+    normal_json,
+)
+from indexer.core.geometry import Geometry
 
 
 def test_hash_texts_match_what_the_sql_side_writes() -> None:
@@ -56,3 +67,47 @@ def test_checksum_covers_names_sorted_and_skips_nulls() -> None:
 def test_doubles_are_written_as_the_server_writes_them(value: float, text: str) -> None:
     assert double_text(value) == text
     assert float(text) == value
+
+
+class _Text(str):
+    """A str subclass: the reference hashes it through hash_text, as the native side must."""
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                     | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=6)
+_values = (st.none() | st.booleans() | st.text() | st.integers()
+           | st.integers(min_value=-(2**80), max_value=2**80) | st.floats(allow_nan=False)
+           | st.builds(_Text, st.text(max_size=5)) | _json
+           | st.builds(lambda b: Geometry({"type": "Point", "coordinates": [1.0, 2.0]}, b),
+                       st.binary(min_size=1, max_size=8)))
+
+
+@settings(max_examples=400)
+@given(doc=st.dictionaries(st.text(min_size=1, max_size=6), _values, max_size=8),
+       spaced=st.booleans())
+@example(doc={"b": "x", "a": 1, "c": None, "é": 2**64, "ab": True, "Ω": "\ud800"}, spaced=False)
+@example(doc={"z": 2**63 - 1, "y": -(2**63), "x": 2**63, "w": "", "v": [1, {"b": 2.5}]},
+         spaced=True)
+def test_the_native_content_hash_is_the_reference_s(module: ModuleType, doc: dict[str, Any],
+                                                    spaced: bool) -> None:
+    native = NativeHasher(module.content_hash)
+    try:
+        expected: int | str = content_hash(doc, spaced)
+    except UnicodeEncodeError as exc:  # a lone surrogate: declined, the reference raises
+        expected = type(exc).__name__
+        assert module.content_hash(doc, spaced, hash_text) is None
+    try:
+        found: int | str = native(doc, spaced)
+    except UnicodeEncodeError as exc:
+        found = type(exc).__name__
+    assert found == expected
+
+
+def test_the_native_content_hash_takes_plain_documents_declines_names_not_text(
+        module: ModuleType) -> None:
+    assert module.content_hash({"b": "x", "a": 1, "c": None}, False, hash_text) == zlib.crc32(
+        b"#a=1#b=x")
+    doc: dict[Any, Any] = {1: "a", "b": 2}
+    assert module.content_hash(doc, False, hash_text) is None
