@@ -135,6 +135,13 @@ def test_random_bytes_read_natively_as_python_reads_them_or_declined(
     (ev.TIMESTAMP2, 3, (2**31 - 1).to_bytes(4, "big") + (999).to_bytes(2, "big")),
     (ev.TIME2, 3, bytes.fromhex("7ffffe") + bytes.fromhex("fc18")),  # -00:00:01.000 + .5
     (ev.NEWDECIMAL, 65 << 8 | 30, bytes.fromhex("7f") + b"\xff" * 28 + b"\xfe"),
+    # DECIMAL(10,2) 0.05, -0.05, 0.00, 12.50; DECIMAL(4,4) 0.0005; DECIMAL(5,0) 7
+    (ev.NEWDECIMAL, 10 << 8 | 2, bytes.fromhex("8000000005")),
+    (ev.NEWDECIMAL, 10 << 8 | 2, bytes.fromhex("7ffffffffa")),
+    (ev.NEWDECIMAL, 10 << 8 | 2, bytes.fromhex("8000000000")),
+    (ev.NEWDECIMAL, 10 << 8 | 2, bytes.fromhex("8000000c32")),
+    (ev.NEWDECIMAL, 4 << 8 | 4, bytes.fromhex("8005")),
+    (ev.NEWDECIMAL, 5 << 8 | 0, bytes.fromhex("800007")),
     (ev.DOUBLE, 0, struct.pack("<d", 1.7976931348623157e308)),
     (ev.FLOAT, 0, struct.pack("<f", -1.5e-10)),
 ])
