@@ -17,14 +17,16 @@ from pathlib import Path
 from types import ModuleType
 
 # The modules every event goes through (envelope decoding, value encodings, checksums,
-# documents and versions, bulk lines, joined documents' assembly, and the daemon's per-message
-# bookkeeping, source following and bulk settling): setup.py compiles these when it can.
+# documents and versions, bulk lines, joined documents' assembly, the binlog's rows and their
+# per-change bookkeeping, and the daemon's per-message bookkeeping, source following and bulk
+# settling): setup.py compiles these when it can.
 HOT_PATH = ("indexer.core.values", "indexer.core.checksums", "indexer.core.events",
             "indexer.core.documents", "indexer.core.versions", "indexer.core.sources",
             "indexer.core.bulk", "indexer.core.trees", "indexer.run.follower",
             "indexer.run.daemon", "indexer.search.sink", "indexer.core.writes",
             "indexer.core.binlog_events", "indexer.core.binlog_rows",
-            "indexer.core.binlog_changes", "indexer.core.mysql_json", "indexer.core.streams")
+            "indexer.core.binlog_changes", "indexer.core.mysql_json", "indexer.core.streams",
+            "indexer.core.binlog_outstanding")
 # The native per-batch path (native/), built by setup.py when cargo is there.
 NATIVE_MODULE = "indexer._native"
 

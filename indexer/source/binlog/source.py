@@ -2,12 +2,11 @@
 one stream per table, each change decoded here (:mod:`indexer.core.binlog_changes`) and
 delivered with its row layout.
 
-A stream's positions are the changes' binlog coordinates packed as versions are (file
-number, position, row), doubled (an update of a primary key is two changes: a delete of the
-old key, an insert of the new), so they grow in commit order; plus a base fixed at the
-deployment's first start above every position its streams were seen at before (a reload
-after a fail-over or RESET MASTER, whose coordinates start lower): positions never go back,
-so the version epochs recorded against them keep meaning what they meant.
+A stream's positions are the changes' binlog coordinates packed as versions are
+(:mod:`indexer.core.binlog_outstanding`), plus a base fixed at the deployment's first start
+above every position its streams were seen at before (a reload after a fail-over or RESET
+MASTER, whose coordinates start lower): positions never go back, so the version epochs
+recorded against them keep meaning what they meant.
 
 The binlog has one place to resume from, not one per stream: the start of the transaction
 of the oldest change delivered and not yet committed (or, with none outstanding, the end of
@@ -31,11 +30,10 @@ from types import TracebackType
 from typing import Any
 
 from indexer.core import binlog_events as ev
-from indexer.core.binlog_changes import ChangeReader, RowChange, TableColumns, UnknownColumns
+from indexer.core.binlog_changes import ChangeReader, TableColumns, UnknownColumns
+from indexer.core.binlog_outstanding import Outstanding, Resume
 from indexer.core.binlog_rows import NativePlan
-from indexer.core.sources import binlog_file_number
 from indexer.core.streams import Deliveries, Delivery, Stream
-from indexer.core.versions import pack
 from indexer.errors import BinlogPurged, MissingTable
 from indexer.outages import Outage
 from indexer.settings import MySQLSettings, TableConfig
@@ -57,7 +55,6 @@ FETCH_EVENTS = 2000
 # servers are usually given.
 _REPLICA_ID_BASE, _REPLICA_ID_SPAN = 1 << 30, 1 << 30
 
-Resume = tuple[str, int]
 SavePosition = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -75,16 +72,6 @@ def replica_id(name: str, configured: int) -> int:
     return configured or _REPLICA_ID_BASE + zlib.crc32(name.encode()) % _REPLICA_ID_SPAN
 
 
-class _Outstanding:
-    """Changes delivered and not committed yet: a run of one transaction's changes of one
-    stream, up to ``last``; a restart reads again from ``resume`` until all are committed."""
-
-    __slots__ = ("gtids", "last", "resume", "stream")
-
-    def __init__(self, last: int, stream: Stream, resume: Resume, gtids: str) -> None:
-        self.last, self.stream, self.resume, self.gtids = last, stream, resume, gtids
-
-
 class BinlogSource:
     """Reads the binlog from ``start`` (a whole transaction's start) for the tables given by
     stream name; reconnects from the resume point while MySQL is away."""
@@ -99,6 +86,8 @@ class BinlogSource:
         self._native = native  # reads row images natively where built
         self._replica = replica
         self._streams = {t.name: Stream(name, BINLOG_PART) for name, t in tables.items()}
+        # delivered and not committed yet; their positions, each above ``base``
+        self._out = Outstanding(self._streams, base)
         self._tables = {t.name: t for t in tables.values()}
         self._columns: dict[str, TableColumns] = {}
         self._save = save
@@ -110,7 +99,6 @@ class BinlogSource:
         # The server the positions belong to: another one behind the address is followed
         # from the GTID position (MariaDB), else it stops the source.
         self._server_id = server_id
-        self._base = base  # added to every position (saved with it)
         # Above every position of the streams followed before: a new server's base
         self._switch_base = switch_base
         self._stream: BinlogStream | None = None
@@ -118,11 +106,6 @@ class BinlogSource:
         self._server: Server | None = None
         self._read: deque[bytes] = deque()  # events read, not decoded yet
         self._ready: deque[Delivery] = deque()  # decoded, not handed out yet
-        # not committed yet, a run of a transaction's changes of one stream per entry
-        self._out: deque[_Outstanding] = deque()
-        self._committed: dict[Stream, int] = {}
-        self._last = -1  # the last position delivered: a reconnect skips up to it
-        self._file = ("", 0)  # the last change's binlog file, and its number
         self._saved: Resume | None = None
         self._saved_at = 0.0
 
@@ -177,10 +160,10 @@ class BinlogSource:
     def _switched(self, start: Resume, gtids: str, server_id: int) -> None:
         """Another server of the replication group (a promoted replica) is read from the
         GTID position: its coordinates are a new series, above every position before."""
-        self._base = max(self._switch_base, self._last + 1)
+        self._out.base = max(self._switch_base, self._out.last + 1)
         # Changes not committed yet are read again from the GTID position; their coordinates
         # are the old server's and must not be saved as the new one's.
-        self._out.clear()
+        self._out.forget()
         # Until its first transaction is read, a reconnect asks for the GTID position again.
         self._start, self._start_gtids = ("", 4), gtids
         log.warning("binlog source: %s:%d is server_id %d's position, and the server is now "
@@ -220,8 +203,7 @@ class BinlogSource:
                 await self._learn(unknown)
                 continue
             events.popleft()
-            for change in changes:
-                self._deliver(change)
+            self._out.deliver(changes, ready)
         found: dict[Stream, list[Delivery]] = {}
         for _ in range(min(max_items, len(ready))):
             delivery = ready.popleft()
@@ -239,27 +221,6 @@ class BinlogSource:
         if not unknown.names <= columns.names:  # dropped again since: read them as text
             columns = TableColumns(columns.names | unknown.names, columns.json)
         self._columns[unknown.table] = columns
-
-    def _deliver(self, change: RowChange) -> None:
-        p = change.position
-        if p.file != self._file[0]:
-            self._file = (p.file, binlog_file_number(p.file))
-        # Twice the coordinates' version: room for both halves of a primary key's change.
-        position = self._base + pack(self._file[1], p.pos, p.row) * 2 + change.half
-        if position <= self._last:  # delivered before a reconnect
-            return
-        self._last = position
-        stream = self._streams[change.table]
-        out = self._out
-        run = out[-1] if out else None
-        if (run is not None and run.stream is stream and run.resume == change.resume
-                and run.gtids == change.resume_gtids):
-            run.last = position
-        else:
-            out.append(_Outstanding(position, stream, change.resume, change.resume_gtids))
-        self._ready.append(Delivery(stream, position, None, None, change.size,
-                                    change=change.change, layout=change.layout,
-                                    error=change.error))
 
     async def _events(self, max_events: int, timeout_s: float) -> list[bytes]:
         """The next events; while MySQL is away, reconnects from where a restart would (at
@@ -287,10 +248,7 @@ class BinlogSource:
                 wait = min(self._max_backoff_s, max(FIRST_RETRY_S, wait * 2))
 
     async def commit(self, positions: dict[Stream, int]) -> None:
-        self._committed.update(positions)
-        out, committed = self._out, self._committed
-        while out and out[0].last < committed.get(out[0].stream, -1):
-            out.popleft()
+        self._out.commit(positions)
         await self._save_resume()
 
     def read_through(self) -> Resume:
@@ -304,9 +262,9 @@ class BinlogSource:
     def _resume_point(self) -> tuple[Resume, str]:
         """Where a restart reads from: the oldest outstanding change's transaction, else the
         end of the last whole transaction read; with MariaDB's GTID position there."""
-        if self._out:
-            oldest = self._out[0]
-            return oldest.resume, oldest.gtids
+        oldest = self._out.oldest()
+        if oldest is not None:
+            return oldest
         reader = self._reader
         if reader is not None and reader.resume is not None:
             return reader.resume, reader.resume_gtids
@@ -319,7 +277,7 @@ class BinlogSource:
                 or (not force and now - self._saved_at < SAVE_EVERY_S)):
             return
         record: dict[str, Any] = {"file": resume[0], "pos": resume[1],
-                                  "server_id": self._server_id, "base": self._base,
+                                  "server_id": self._server_id, "base": self._out.base,
                                   "saved_at": datetime.now(UTC).isoformat(timespec="seconds")}
         if gtids:
             record["gtid"] = gtids

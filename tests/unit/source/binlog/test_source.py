@@ -42,7 +42,7 @@ def test_a_restart_reads_from_the_oldest_transaction_with_a_change_not_committed
     for table, pos, resume in [("shop.a", 120, first), ("shop.a", 130, first),
                                ("shop.b", 140, first), ("shop.a", 150, first),
                                ("shop.a", 920, second)]:
-        source._deliver(_change(table, pos, resume))
+        source._out.deliver([_change(table, pos, resume)], source._ready)
     a, b = (Stream(name, BINLOG_PART) for name in ("a", "b"))
     ordered = [delivery.position for delivery in source._ready]
     assert ordered == sorted(set(ordered)) and len(ordered) == 5
