@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from indexer.core import values
+from indexer.core.checksums import Hasher, NativeHasher, content_hash
 from indexer.core.documents import DocumentBuilder
 from indexer.core.envelope import Position
 from indexer.core.events import (
@@ -49,6 +50,12 @@ DECLINED_SHARE = 0.5
 DATETIMES = {"io.debezium.time.MicroTimestamp": ("datetime", 6),
              "io.debezium.time.Timestamp": ("datetime-ms", 3),
              "org.apache.kafka.connect.data.Timestamp": ("datetime-ms", 3)}
+
+
+def content_hasher(module: ModuleType | None) -> Hasher:
+    """Documents' content hash: the native module's where there is one, else the Python
+    reference (:func:`indexer.core.checksums.content_hash`)."""
+    return NativeHasher(module.content_hash) if module is not None else content_hash
 
 
 class NotNative(Exception):

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from indexer.core import compare, conditions, routing, trees
+from indexer.build import load_native
+from indexer.core import compare, conditions, native, routing, trees
 from indexer.core.documents import DocumentBuilder, Write, document_id, key_bucket
 from indexer.core.layout import Field, TableLayout
 from indexer.core.trees import Assembled, Tree
@@ -131,7 +132,8 @@ class RowReads:
 
     @property
     def builder(self) -> DocumentBuilder:
-        return DocumentBuilder(self.table, self.layout.flavor)
+        module = load_native() if self.config.batch.native else None
+        return DocumentBuilder(self.table, self.layout.flavor, native.content_hasher(module))
 
     @property
     def exact_checksums(self) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from indexer.build import current_build, load_native
 from indexer.core import native, trees
 from indexer.core.canary import Beat
-from indexer.core.checksums import Hasher, NativeHasher, content_hash
+from indexer.core.checksums import Hasher, content_hash
 from indexer.core.documents import (
     DocumentBuilder,
     Write,
@@ -112,8 +112,7 @@ class Daemon:
         self._open_parts = parts or open_parts
         self._canary = config.canary_table
         module = load_native() if config.batch.native else None
-        hasher = NativeHasher(module.content_hash) if module is not None else content_hash
-        self._tables = consumed_tables(config, hasher)
+        self._tables = consumed_tables(config, native.content_hasher(module))
         if module is not None:
             for table in self._tables.values():
                 if table.builder is not None and not table.places:
