@@ -125,22 +125,15 @@ fn push_padded(out: &mut String, value: u64, width: usize) {
     out.push_str(text);
 }
 
-/// YYYY-MM-DD (each part not negative).
-fn push_date(out: &mut String, year: u64, month: u64, day: u64) {
-    push_padded(out, year, 4);
-    out.push('-');
-    push_padded(out, month, 2);
-    out.push('-');
-    push_padded(out, day, 2);
-}
-
-/// HH:MM:SS (each part not negative).
-fn push_clock(out: &mut String, hours: u64, minutes: u64, seconds: u64) {
-    push_padded(out, hours, 2);
-    out.push(':');
-    push_padded(out, minutes, 2);
-    out.push(':');
-    push_padded(out, seconds, 2);
+/// Three parts between separators, the first of `first_width` digits, the others of two:
+/// YYYY-MM-DD (4, '-') or HH:MM:SS (2, ':').
+fn push_three(out: &mut String, [first, second, third]: [u64; 3], first_width: usize,
+              separator: char) {
+    push_padded(out, first, first_width);
+    out.push(separator);
+    push_padded(out, second, 2);
+    out.push(separator);
+    push_padded(out, third, 2);
 }
 
 /// indexer.core.values.decimal_from_binary.
@@ -231,7 +224,7 @@ fn date(value: u64) -> Option<String> {
         return None; // a zero date, or one with a zero part: null, as Debezium sends it
     }
     let mut out = String::with_capacity(10);
-    push_date(&mut out, year, month, day);
+    push_three(&mut out, [year, month, day], 4, '-');
     Some(out)
 }
 
@@ -252,9 +245,9 @@ fn datetime(r: &mut Reader, fsp: usize) -> Got<Option<String>> {
         return Err(Decline);
     }
     let mut out = String::with_capacity(26);
-    push_date(&mut out, year as u64, month as u64, day as u64);
+    push_three(&mut out, [year as u64, month as u64, day as u64], 4, '-');
     out.push('T');
-    push_clock(&mut out, (hms >> 12) as u64, (hms >> 6 & 63) as u64, (hms & 63) as u64);
+    push_three(&mut out, [(hms >> 12) as u64, (hms >> 6 & 63) as u64, (hms & 63) as u64], 2, ':');
     push_fraction(&mut out, micros, fsp)?;
     Ok(Some(out))
 }
@@ -281,10 +274,10 @@ fn timestamp(r: &mut Reader, fsp: usize) -> Got<Option<String>> {
     let (year, month, day) = civil(seconds.div_euclid(86_400));
     let of_day = seconds.rem_euclid(86_400);
     let mut out = String::with_capacity(27);
-    push_date(&mut out, year as u64, month as u64, day as u64);
+    push_three(&mut out, [year as u64, month as u64, day as u64], 4, '-');
     out.push('T');
-    push_clock(&mut out, (of_day / 3600) as u64, (of_day / 60 % 60) as u64,
-               (of_day % 60) as u64);
+    push_three(&mut out, [(of_day / 3600) as u64, (of_day / 60 % 60) as u64,
+                          (of_day % 60) as u64], 2, ':');
     push_fraction(&mut out, micros, fsp)?;
     out.push('Z');
     Ok(Some(out))
@@ -314,7 +307,8 @@ fn time(r: &mut Reader, fsp: usize) -> Got<String> {
     let (hms, micros) = (packed >> 24, packed & 0xFF_FFFF);
     let mut out = String::with_capacity(18);
     out.push_str(sign);
-    push_clock(&mut out, (hms >> 12 & 0x3FF) as u64, (hms >> 6 & 63) as u64, (hms & 63) as u64);
+    push_three(&mut out, [(hms >> 12 & 0x3FF) as u64, (hms >> 6 & 63) as u64, (hms & 63) as u64],
+               2, ':');
     push_fraction(&mut out, micros, fsp)?;
     Ok(out)
 }
