@@ -1,7 +1,10 @@
 """A binlog's events, in the order the server sends them, to the row changes of the tables
 indexer reads: each with its before/after images as canonical values, its key, its layout and
 its position (file, start of its rows event, row within it; GTID; commit time), and where a
-restart must read from to see it again (the start of its transaction).
+restart must read from to see it again (the start of its transaction). For the tables the
+caller names whose documents are their rows as they are, the native RowPlan builds an insert's
+or update's document instead (:class:`~indexer.core.events.Built`): no row image becomes a
+Python object; what it declines is read as images.
 
 Pure: bytes in, :class:`RowChange` out. What only the server can say (which tables are read
 and which of their columns hold JSON; how each collation's bytes decode) is given by the
@@ -19,7 +22,7 @@ from indexer.core import binlog_events as ev
 from indexer.core.binlog_events import BinlogError, Header, TableMap
 from indexer.core.binlog_rows import NativePlan, RowDecoder
 from indexer.core.envelope import Position
-from indexer.core.events import Change
+from indexer.core.events import Built, Change
 
 # A table's row as the table map shows it: (column, its type), as events.Layout.
 Layout = frozenset[tuple[str, str]]
@@ -82,14 +85,16 @@ class RowChange:
     # @gtid_binlog_pos writes it): where another server of the replication group reads from.
     resume_gtids: str = ""
     size: int = ROW_OVERHEAD  # its weight in a batch: its share of its rows event's bytes
+    built: Built | None = None  # instead of ``change``: its document, built natively
 
     # mypyc leaves a dataclass's generated __init__ interpreted (5x slower); one per change.
     def __init__(self, table: str, position: Position, layout: Layout, resume: tuple[str, int],
                  change: Change | None, error: tuple[str, str] | None = None, half: int = 0,
-                 resume_gtids: str = "", size: int = ROW_OVERHEAD) -> None:
+                 resume_gtids: str = "", size: int = ROW_OVERHEAD,
+                 built: Built | None = None) -> None:
         self.table, self.position, self.layout, self.resume = table, position, layout, resume
         self.change, self.error, self.half = change, error, half
-        self.resume_gtids, self.size = resume_gtids, size
+        self.resume_gtids, self.size, self.built = resume_gtids, size, built
 
 
 @dataclass
@@ -128,10 +133,12 @@ class ChangeReader:
     def __init__(self, wanted: Wanted, codecs: Mapping[int, str], flavor: str,
                  file: str = "", position: int = 4, checksummed: bool = False,
                  native: NativePlan | None = None, gtids: str = "",
-                 by_gtid: bool = False) -> None:
+                 by_gtid: bool = False, built: frozenset[str] = frozenset()) -> None:
         self._wanted = wanted
         self._codecs = codecs
         self._native = native  # the native module's RowPlan, where built
+        # Tables whose documents are their rows as they are: the RowPlan builds those
+        self._built = built
         self._connector = flavor  # "mariadb" or "mysql", as Debezium's source block says
         # ``checksummed``: as the server's binlog_checksum says, until a format description
         # ``gtids``: MariaDB's GTID position at the start; ``by_gtid``: the server was asked
@@ -288,6 +295,11 @@ class ChangeReader:
                               ("no-column-names", "the table map names no columns: the session "
                                "that wrote it began before binlog_row_metadata = FULL was set; "
                                f"run `indexer reindex` for {table.name}"), resume_gtids=gtids)]
+        if table.name in self._built:
+            documents = decoder.documents(event, header)
+            if documents is not None:
+                return self._built_rows(table.name, head, header, layout, decoder.key[0],
+                                        documents)
         try:
             rows = decoder.rows(event, header)
         except (BinlogError, ValueError, IndexError) as exc:
@@ -321,6 +333,19 @@ class ChangeReader:
             changes.append(RowChange(table.name, position, layout, resume,
                                      Change(op, key, before, after, position),
                                      resume_gtids=gtids, size=size))
+        return changes
+
+    def _built_rows(self, name: str, head: Header, header: ev.RowsHeader, layout: Layout,
+                    key: str, documents: list[tuple[str, bytes]]) -> list[RowChange]:
+        """A rows event's changes whose documents the RowPlan built."""
+        resume, gtids, op = self._resume(head), self._resume_gtids(), header.op
+        size = ROW_OVERHEAD + (header.rows_end - header.rows_at) // max(1, len(documents))
+        changes = []
+        for row, (doc_id, document) in enumerate(documents):
+            position = self._position(head, row)
+            changes.append(RowChange(name, position, layout, resume, None, resume_gtids=gtids,
+                                     size=size,
+                                     built=Built(op, position, doc_id, document, key)))
         return changes
 
 

@@ -66,7 +66,7 @@ class Outstanding:
                 runs.append(_Run(position, stream, change.resume, change.resume_gtids))
             ready.append(Delivery(stream, position, None, None, change.size,
                                   change=change.change, layout=change.layout,
-                                  error=change.error))
+                                  error=change.error, built=change.built))
 
     def commit(self, positions: Mapping[Stream, int]) -> None:
         """Every change below each stream's position is committed (written or

@@ -37,6 +37,9 @@ class NativeRows(Protocol):
     def rows(self, event: bytes, start: int, end: int, op: str, present: bytes,
              present_after: bytes) -> Rows | None: ...
 
+    def documents(self, event: bytes, start: int, end: int, op: str, present: bytes,
+                  present_after: bytes, key: int) -> list[tuple[str, bytes]] | None: ...
+
 
 # The native module's RowPlan(names, columns), where it is built.
 NativePlan = Callable[[list[str], list[NativeColumn]], NativeRows]
@@ -82,6 +85,17 @@ class RowDecoder:
             if found is not None:
                 return found
         return self.decoded(event, header)
+
+    def documents(self, event: bytes, header: RowsHeader) -> list[tuple[str, bytes]] | None:
+        """Each row's (id, document) as :class:`~indexer.core.documents.DocumentBuilder` writes
+        it for a table whose documents are its rows as they are, built natively; None where
+        the native side does not build them (no RowPlan, a key of several columns, a delete,
+        a key updated, a float or SET column, a value it declines): :meth:`rows` then."""
+        if self.native is None or len(self.table.primary_key) != 1:
+            return None
+        return self.native.documents(event, header.rows_at, header.rows_end, header.op,
+                                     header.present, header.present_after,
+                                     self.table.primary_key[0])
 
     def decoded(self, event: bytes, header: RowsHeader) -> Rows:
         """:meth:`rows`, read here (the reference)."""

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from indexer.core.events import Change, Layout
+from indexer.core.events import Built, Change, Layout
 
 
 class Stream(NamedTuple):
@@ -28,7 +28,8 @@ class Stream(NamedTuple):
 @dataclass(slots=True)
 class Delivery:
     """One change as its source delivered it: Debezium's key and value, not decoded yet; or,
-    from a source that reads rows itself (the binlog), the change with its row layout."""
+    from a source that reads rows itself (the binlog), the change with its row layout (or,
+    where the source built its document, that)."""
 
     stream: Stream
     position: int
@@ -42,15 +43,17 @@ class Delivery:
     change: Change | None = None  # decoded by the source: key and value are not read
     layout: Layout | None = None  # the change's row layout, as decoders compare them
     error: tuple[str, str] | None = None  # (kind, reason): the source could not decode it
+    built: Built | None = None  # its document, built by the source (no change kept)
 
     # mypyc leaves a dataclass's generated __init__ interpreted (5x slower); one per change.
     def __init__(self, stream: Stream, position: int, key: bytes | None, value: bytes | None,
                  size: int, replay_of: tuple[str, int] | None = None,
                  headers: Sequence[tuple[str, bytes]] = (), change: Change | None = None,
-                 layout: Layout | None = None, error: tuple[str, str] | None = None) -> None:
+                 layout: Layout | None = None, error: tuple[str, str] | None = None,
+                 built: Built | None = None) -> None:
         self.stream, self.position, self.key, self.value = stream, position, key, value
         self.size, self.replay_of, self.headers = size, replay_of, headers
-        self.change, self.layout, self.error = change, layout, error
+        self.change, self.layout, self.error, self.built = change, layout, error, built
 
     def describe(self) -> str:
         return f"{self.stream.name}[{self.stream.part}]@{self.position}"

@@ -27,6 +27,7 @@ from indexer.core.documents import (
     pack_binlog_version,
     placed_at,
 )
+from indexer.core.envelope import Position
 from indexer.core.events import Change, EnvelopeDecoder, LayoutChanged
 from indexer.core.ledger import OffsetLedger
 from indexer.core.linger import Linger
@@ -92,6 +93,12 @@ class _Table:
     builder: DocumentBuilder | None  # None: no document of its own (a tree's table)
     places: list[_Place]
     preparer: native.SlicePreparer | None = None  # the native path, for a table it takes
+
+    @property
+    def rows_are_documents(self) -> bool:
+        builder = self.builder
+        return (self.preparer is not None and builder is not None and builder.identity
+                and builder.binlog_versions)
 
 
 @dataclass
@@ -248,7 +255,7 @@ class Daemon:
                 done = prepared[i] if prepared else None
                 try:
                     message = self._prepare(delivery, done)
-                    if done is not None:
+                    if done is not None or delivery.built is not None:
                         natively += 1
                 except (SwitchFound, NotFollowed, LayoutChanged) as needed:
                     message = await self._prepare_after_io(delivery, needed)
@@ -303,8 +310,9 @@ class Daemon:
         preparer = table.preparer
         if preparer is None or table.builder is None:
             return []
-        if not deliveries or deliveries[0].change is not None or deliveries[0].error is not None:
-            return []  # (a source that decodes rows itself)
+        first = deliveries[0] if deliveries else None
+        if first is None or (first.key is None and first.value is None):
+            return []  # (a source that reads rows itself)
         return preparer.prepare(native.slice_plan(table.decoder, table.builder),
                                 [d.key for d in deliveries], [d.value for d in deliveries])
 
@@ -314,14 +322,14 @@ class Daemon:
         message = Message(delivery, table.config)
         try:
             if prepared is not None:  # decoded and built natively, as below would
-                message.op_kind = prepared.op
-                message.ts_ms = prepared.ts_ms
-                position = prepared.position()
-                epoch = self._f.epoch(table.config, delivery, position)
-                version = pack_binlog_version(position.file, position.pos, position.row, epoch)
-                message.op = Op(table.config.alias,
-                                Write(prepared.id, version, prepared.document, deleted=False))
-                return message
+                return self._built(message, table, prepared.op, prepared.position(),
+                                   prepared.id, prepared.document)
+            built = delivery.built
+            if built is not None:  # built by its source (the binlog's rows), as below would
+                if delivery.layout is not None:
+                    table.decoder.check(delivery.layout, "the binlog's table map")
+                return self._built(message, table, built.op, built.position, built.id,
+                                   built.document)
             change = delivery.change
             if change is not None:  # decoded by its source (a binlog's rows)
                 if delivery.layout is not None:
@@ -352,6 +360,16 @@ class Daemon:
         except Exception as exc:  # a bug must not lose the message either
             log.exception("unexpected error decoding %s", delivery.describe())
             message.error = ("internal-error", f"{type(exc).__name__}: {exc}")
+        return message
+
+    def _built(self, message: Message, table: _Table, op: str, position: Position, doc_id: str,
+               document: bytes) -> Message:
+        """A message whose document was built natively: its write at its version."""
+        message.op_kind = op
+        message.ts_ms = position.ts_ms
+        epoch = self._f.epoch(table.config, message.delivery, position)
+        version = pack_binlog_version(position.file, position.pos, position.row, epoch)
+        message.op = Op(table.config.alias, Write(doc_id, version, document, deleted=False))
         return message
 
     def _requests(self, table: _Table, delivery: Delivery, change: Change) -> list[Request]:

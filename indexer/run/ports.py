@@ -114,6 +114,10 @@ class TableParts(Protocol):
     def decoder(self) -> EnvelopeDecoder: ...
     @property
     def builder(self) -> DocumentBuilder | None: ...
+    @property
+    def rows_are_documents(self) -> bool:
+        """Its documents are its rows as they are, versioned by binlog position, and its
+        changes touch no tree: a source may build them as it reads the rows."""
 
 
 @dataclass

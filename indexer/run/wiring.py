@@ -87,7 +87,8 @@ async def open_parts(cfg: Config, metrics: Metrics, tables: Mapping[str, TablePa
                     {name: t.config for name, t in tables.items()}, start.position,
                     lambda record: state.save_binlog_position(cfg.source.name, record),
                     outages.mysql, cfg.batch.max_backoff_s, lock.check, start.server_id,
-                    start.base, _native_rows(cfg), start.gtids, start.above))
+                    start.base, _native_rows(cfg), start.gtids, start.above,
+                    frozenset(name for name, t in tables.items() if t.rows_are_documents)))
                 source: Source = binlog
                 read_through = binlog.read_through
                 dead_letters: DeadLetters = SearchDeadLetters(sink.client, cfg.source.name,

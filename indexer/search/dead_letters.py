@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from indexer.core.documents import META_FIELD
 from indexer.core.streams import Delivery
 from indexer.search.client import SearchClient, quote
 from indexer.search.retry import retrying
@@ -32,15 +33,23 @@ def letter_for(source: str, delivery: Delivery, kind: str, reason: str, attempts
         "attempts": attempts,
         "failed_at": (now or datetime.now(UTC)).isoformat(timespec="milliseconds"),
     }
-    change = delivery.change
+    change, built = delivery.change, delivery.built
     if change is not None:
         p = change.position
-        letter["binlog"] = {"file": p.file, "pos": p.pos, "row": p.row, "gtid": p.gtid,
-                            "ts_ms": p.ts_ms, "connector": p.connector}
         # Canonical values are JSON already, but for what a bug may leave: text, not a loss.
         letter["change"] = orjson.loads(orjson.dumps(
             {"op": change.op, "key": change.key, "before": change.before,
              "after": change.after}, default=str))
+    elif built is not None:  # its row is its document: the after image, without a before
+        p = built.position
+        after = orjson.loads(built.document)
+        after.pop(META_FIELD, None)
+        letter["change"] = {"op": built.op, "key": {built.key: after.get(built.key)},
+                            "before": None, "after": after}
+    else:
+        return letter
+    letter["binlog"] = {"file": p.file, "pos": p.pos, "row": p.row, "gtid": p.gtid,
+                        "ts_ms": p.ts_ms, "connector": p.connector}
     return letter
 
 

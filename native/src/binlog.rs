@@ -7,7 +7,8 @@
 //! declined (None) and read again by Python, which says what is wrong with it.
 use base64::Engine;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple};
+use std::borrow::Cow;
 
 enum Codec {
     Utf8,
@@ -96,22 +97,20 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn text<'py>(py: Python<'py>, data: &[u8], codec: &Codec) -> Got<Bound<'py, PyAny>> {
-    let decoded = match codec {
-        Codec::Utf8 => return Ok(PyString::new(py, std::str::from_utf8(data).map_err(|_| Decline)?)
-                                  .into_any()),
-        Codec::Ascii if data.is_ascii() => return Ok(PyString::new(
-            py, std::str::from_utf8(data).map_err(|_| Decline)?).into_any()),
-        Codec::Ascii => return Err(Decline),
-        Codec::Latin1 => data.iter().map(|&b| match b {
+fn text<'r>(data: &'r [u8], codec: &Codec) -> Got<Cow<'r, str>> {
+    match codec {
+        Codec::Utf8 => Ok(Cow::Borrowed(std::str::from_utf8(data).map_err(|_| Decline)?)),
+        Codec::Ascii if data.is_ascii() => Ok(Cow::Borrowed(
+            std::str::from_utf8(data).map_err(|_| Decline)?)),
+        Codec::Ascii => Err(Decline),
+        Codec::Latin1 => Ok(Cow::Owned(data.iter().map(|&b| match b {
             0x80..=0x9F => char::from_u32(match CP1252_HIGH[usize::from(b - 0x80)] {
                 0 => u32::from(b),
                 mapped => mapped,
             }).unwrap_or('\u{fffd}'),
             _ => char::from(b),
-        }).collect::<String>(),
-    };
-    Ok(PyString::new(py, &decoded).into_any())
+        }).collect::<String>())),
+    }
 }
 
 /// `value` in decimal, zero-padded to `width` digits: format!("{value:0width$}") without the
@@ -313,67 +312,59 @@ fn time(r: &mut Reader, fsp: usize) -> Got<String> {
     Ok(out)
 }
 
+/// One value of a row image, before it becomes a Python object or a document's JSON.
+#[derive(PartialEq)]
+enum Value<'r> {
+    Null,
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Bool(bool),
+    Text(Cow<'r, str>),
+    Member(usize), // an ENUM's member, counted from 0
+    Set(u64),      // a SET's members, one bit each
+}
+
 impl Column {
-    fn read<'py>(&self, py: Python<'py>, r: &mut Reader) -> Got<Bound<'py, PyAny>> {
-        let none = || Ok(py.None().into_bound(py));
-        let object = |s: String| Ok(PyString::new(py, &s).into_any());
-        let int = |v: Result<Bound<'py, pyo3::types::PyInt>, std::convert::Infallible>| {
-            Ok(v.map_err(|_| Decline)?.into_any())
-        };
+    fn read<'r>(&self, r: &mut Reader<'r>) -> Got<Value<'r>> {
+        let owned = |s: String| Ok(Value::Text(Cow::Owned(s)));
+        let or_null = |s: Option<String>| Ok(s.map_or(Value::Null, |s| Value::Text(Cow::Owned(s))));
         match self {
-            Column::Int { size, signed: false } => int(r.uint(*size)?.into_pyobject(py)),
+            Column::Int { size, signed: false } => Ok(Value::UInt(r.uint(*size)?)),
             Column::Int { size, signed: true } => {
                 let unused = 64 - 8 * *size as u32;
-                int(((r.uint(*size)? << unused) as i64 >> unused).into_pyobject(py))
+                Ok(Value::Int((r.uint(*size)? << unused) as i64 >> unused))
             }
             Column::Year => {
                 let value = r.uint(1)?;
-                int((if value == 0 { 0 } else { value + 1900 }).into_pyobject(py))
+                Ok(Value::UInt(if value == 0 { 0 } else { value + 1900 }))
             }
             Column::Float => {
                 let bytes: [u8; 4] = r.take(4)?.try_into().map_err(|_| Decline)?;
-                Ok(PyFloat::new(py, f64::from(f32::from_le_bytes(bytes))).into_any())
+                Ok(Value::Float(f64::from(f32::from_le_bytes(bytes))))
             }
             Column::Double => {
                 let bytes: [u8; 8] = r.take(8)?.try_into().map_err(|_| Decline)?;
-                Ok(PyFloat::new(py, f64::from_le_bytes(bytes)).into_any())
+                Ok(Value::Float(f64::from_le_bytes(bytes)))
             }
-            Column::Decimal { precision, scale } => object(decimal(r, *precision, *scale)?),
-            Column::Date => match date(r.uint(3)?) {
-                Some(s) => object(s),
-                None => none(),
-            },
-            Column::Datetime { fsp } => match datetime(r, *fsp)? {
-                Some(s) => object(s),
-                None => none(),
-            },
-            Column::Timestamp { fsp } => match timestamp(r, *fsp)? {
-                Some(s) => object(s),
-                None => none(),
-            },
-            Column::Time { fsp } => object(time(r, *fsp)?),
-            Column::Bool => Ok(pyo3::types::PyBool::new(py, r.uint(1)? != 0).to_owned().into_any()),
-            Column::Bits { size } => int(r.big(*size)?.into_pyobject(py)),
+            Column::Decimal { precision, scale } => owned(decimal(r, *precision, *scale)?),
+            Column::Date => or_null(date(r.uint(3)?)),
+            Column::Datetime { fsp } => or_null(datetime(r, *fsp)?),
+            Column::Timestamp { fsp } => or_null(timestamp(r, *fsp)?),
+            Column::Time { fsp } => owned(time(r, *fsp)?),
+            Column::Bool => Ok(Value::Bool(r.uint(1)? != 0)),
+            Column::Bits { size } => Ok(Value::UInt(r.big(*size)?)),
             Column::Enum { size, members } => {
                 let index = r.uint(*size)? as usize;
                 if index == 0 || index > members.len() {
-                    return Ok(PyString::new(py, "").into_any());
+                    return Ok(Value::Text(Cow::Borrowed("")));
                 }
-                Ok(members[index - 1].bind(py).clone().into_any())
+                Ok(Value::Member(index - 1))
             }
-            Column::Set { size, members } => {
-                let bits = r.uint(*size)?;
-                let chosen = PyList::empty(py);
-                for (i, member) in members.iter().enumerate().take(64) {
-                    if bits >> i & 1 == 1 {
-                        chosen.append(member.bind(py)).map_err(|_| Decline)?;
-                    }
-                }
-                Ok(chosen.into_any())
-            }
+            Column::Set { size, .. } => Ok(Value::Set(r.uint(*size)?)),
             Column::Text { prefix, codec } => {
                 let length = r.uint(*prefix)? as usize;
-                text(py, r.take(length)?, codec)
+                Ok(Value::Text(text(r.take(length)?, codec)?))
             }
             Column::Binary { prefix, pad } => {
                 let length = r.uint(*prefix)? as usize;
@@ -385,10 +376,45 @@ impl Column {
                 } else {
                     base64::engine::general_purpose::STANDARD.encode(data)
                 };
-                object(encoded)
+                owned(encoded)
             }
         }
     }
+
+    fn members(&self) -> &[Py<PyString>] {
+        match self {
+            Column::Enum { members, .. } | Column::Set { members, .. } => members,
+            _ => &[],
+        }
+    }
+
+    fn object<'py>(&self, py: Python<'py>, value: &Value) -> Got<Bound<'py, PyAny>> {
+        Ok(match value {
+            Value::Null => py.None().into_bound(py),
+            Value::Int(v) => v.into_pyobject(py).map_err(|_| Decline)?.into_any(),
+            Value::UInt(v) => v.into_pyobject(py).map_err(|_| Decline)?.into_any(),
+            Value::Float(v) => PyFloat::new(py, *v).into_any(),
+            Value::Bool(v) => PyBool::new(py, *v).to_owned().into_any(),
+            Value::Text(s) => PyString::new(py, s).into_any(),
+            Value::Member(i) => self.members()[*i].bind(py).clone().into_any(),
+            Value::Set(bits) => {
+                let chosen = PyList::empty(py);
+                for (i, member) in self.members().iter().enumerate().take(64) {
+                    if bits >> i & 1 == 1 {
+                        chosen.append(member.bind(py)).map_err(|_| Decline)?;
+                    }
+                }
+                chosen.into_any()
+            }
+        })
+    }
+}
+
+/// A table's column as its documents write it.
+struct Field {
+    json_name: Vec<u8>,   // `"name":`, escaped as orjson escapes it
+    hash_prefix: Vec<u8>, // `#name=`, the content hash's
+    members: Vec<String>, // an ENUM's
 }
 
 /// A table map's columns, made once per map: reads its rows events' row images.
@@ -396,35 +422,59 @@ impl Column {
 pub struct RowPlan {
     names: Vec<Py<PyString>>,
     columns: Vec<Column>,
+    fields: Vec<Field>,
+    by_name: Vec<usize>, // the columns in the order of their names: the content hash's order
+    // Every column's values are written as documents write them (no float, no SET, no
+    // column named like the documents' own field).
+    writable: bool,
 }
 
+/// A rows event's images: (column, value) for each column present.
+type Image<'r> = Vec<(usize, Value<'r>)>;
+
 impl RowPlan {
+    fn values<'r>(&self, r: &mut Reader<'r>, present: &[u8], into: &mut Image<'r>) -> Got<()> {
+        into.clear();
+        let chosen = (0..self.columns.len())
+            .filter(|i| present.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1));
+        let count = chosen.clone().count();
+        let nulls = r.take(count.div_ceil(8))?;
+        for (n, i) in chosen.enumerate() {
+            let value = if nulls[n / 8] >> (n % 8) & 1 == 1 {
+                Value::Null
+            } else {
+                self.columns[i].read(r)?
+            };
+            into.push((i, value));
+        }
+        Ok(())
+    }
+
     fn image<'py>(&self, py: Python<'py>, r: &mut Reader, present: &[u8])
                   -> Got<Bound<'py, PyDict>> {
-        let chosen: Vec<usize> = (0..self.columns.len())
-            .filter(|i| present.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1))
-            .collect();
-        let nulls = r.take(chosen.len().div_ceil(8))?;
+        let mut values = Vec::with_capacity(self.columns.len());
+        self.values(r, present, &mut values)?;
         let row = PyDict::new(py);
-        for (n, &i) in chosen.iter().enumerate() {
-            let value = if nulls[n / 8] >> (n % 8) & 1 == 1 {
-                py.None().into_bound(py)
-            } else {
-                self.columns[i].read(py, r)?
-            };
-            row.set_item(self.names[i].bind(py), value).map_err(|_| Decline)?;
+        for (i, value) in &values {
+            row.set_item(self.names[*i].bind(py), self.columns[*i].object(py, value)?)
+                .map_err(|_| Decline)?;
         }
         Ok(row)
+    }
+
+    fn checked<'r>(&self, event: &'r [u8], start: usize, end: usize, present: &[u8],
+                   present_after: &[u8]) -> Got<Reader<'r>> {
+        if end > event.len() || start > end || present.len() * 8 < self.columns.len()
+                || present_after.len() * 8 < self.columns.len() {
+            return Err(Decline);
+        }
+        Ok(Reader { data: event, at: start, end })
     }
 
     #[allow(clippy::too_many_arguments)]
     fn all<'py>(&self, py: Python<'py>, event: &[u8], start: usize, end: usize, op: &str,
                 present: &[u8], present_after: &[u8]) -> Got<Bound<'py, PyList>> {
-        if end > event.len() || start > end || present.len() * 8 < self.columns.len()
-                || present_after.len() * 8 < self.columns.len() {
-            return Err(Decline);
-        }
-        let mut r = Reader { data: event, at: start, end };
+        let mut r = self.checked(event, start, end, present, present_after)?;
         let found = PyList::empty(py);
         let none = || py.None().into_bound(py);
         while r.at < r.end {
@@ -438,7 +488,115 @@ impl RowPlan {
         }
         Ok(found)
     }
+
+    /// An image's document, as indexer.core.documents.DocumentBuilder writes a row's (without
+    /// a projection): the row's JSON, then `_indexer` with its content hash and chunk. Its id
+    /// is the key column's value.
+    fn document(&self, image: &Image, key: &Value, slots: &mut [usize], out: &mut Vec<u8>)
+                -> Got<String> {
+        let mut digits = itoa::Buffer::new();
+        let (id, chunk): (String, (&[u8], i64)) = match key {
+            Value::Int(v) => (digits.format(*v).to_owned(), (b"key", *v)),
+            Value::UInt(v) if i64::try_from(*v).is_ok() => {
+                (digits.format(*v).to_owned(), (b"key", *v as i64))
+            }
+            Value::UInt(v) => bucketed(digits.format(*v).to_owned()),
+            Value::Text(s) => bucketed(s.to_string()),
+            _ => return Err(Decline), // (Python's ids of other values are theirs to spell)
+        };
+        if id.is_empty() || id.len() > MAX_ID_BYTES {
+            return Err(Decline); // an id Elasticsearch refuses: Python says why
+        }
+        slots.fill(usize::MAX);
+        out.push(b'{');
+        for (n, (i, value)) in image.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            let field = &self.fields[*i];
+            out.extend_from_slice(&field.json_name);
+            match value {
+                Value::Null => out.extend_from_slice(b"null"),
+                Value::Int(v) => out.extend_from_slice(digits.format(*v).as_bytes()),
+                Value::UInt(v) => out.extend_from_slice(digits.format(*v).as_bytes()),
+                Value::Bool(v) => out.extend_from_slice(if *v { b"true" } else { b"false" }),
+                Value::Text(s) => crate::write_escaped(s, out),
+                Value::Member(m) => crate::write_escaped(&field.members[*m], out),
+                Value::Float(_) | Value::Set(_) => return Err(Decline),
+            }
+            slots[*i] = n;
+        }
+        let mut crc = crc32fast::Hasher::new();
+        for &i in &self.by_name {
+            let Some((_, value)) = image.get(slots[i]) else { continue };
+            let field = &self.fields[i];
+            let text: &[u8] = match value {
+                Value::Null => continue, // NULLs are not hashed
+                Value::Int(v) => digits.format(*v).as_bytes(),
+                Value::UInt(v) => digits.format(*v).as_bytes(),
+                Value::Bool(v) => if *v { b"1" } else { b"0" },
+                Value::Text(s) => s.as_bytes(),
+                Value::Member(m) => field.members[*m].as_bytes(),
+                Value::Float(_) | Value::Set(_) => return Err(Decline),
+            };
+            crc.update(&field.hash_prefix);
+            crc.update(text);
+        }
+        if !image.is_empty() {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"_indexer\":{\"hash\":");
+        out.extend_from_slice(digits.format(crc.finalize()).as_bytes());
+        out.push(b',');
+        crate::write_escaped(std::str::from_utf8(chunk.0).map_err(|_| Decline)?, out);
+        out.push(b':');
+        out.extend_from_slice(digits.format(chunk.1).as_bytes());
+        out.extend_from_slice(b"}}");
+        Ok(id)
+    }
+
+    /// Each row's (id, document) for inserts and updates that keep their key; see documents.
+    #[allow(clippy::too_many_arguments)]
+    fn built<'py>(&self, py: Python<'py>, event: &[u8], start: usize, end: usize, op: &str,
+                  present: &[u8], present_after: &[u8], key: usize)
+                  -> Got<Bound<'py, PyList>> {
+        if !self.writable || key >= self.columns.len() || !(op == "c" || op == "u") {
+            return Err(Decline);
+        }
+        let mut r = self.checked(event, start, end, present, present_after)?;
+        let found = PyList::empty(py);
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        let mut slots = vec![usize::MAX; self.columns.len()];
+        let mut out = Vec::with_capacity(256);
+        let key_of = |image: &Image<'_>| image.iter().position(|(i, _)| *i == key);
+        while r.at < r.end {
+            if op == "u" {
+                self.values(&mut r, present, &mut before)?;
+            }
+            self.values(&mut r, if op == "u" { present_after } else { present }, &mut after)?;
+            let at = key_of(&after).ok_or(Decline)?;
+            if op == "u" && before.get(key_of(&before).ok_or(Decline)?).map(|(_, v)| v)
+                    != Some(&after[at].1) {
+                return Err(Decline); // a new key: a delete and an insert, Python's to split
+            }
+            out.clear();
+            let id = self.document(&after, &after[at].1, &mut slots, &mut out)?;
+            let pair = [PyString::new(py, &id).into_any(), PyBytes::new(py, &out).into_any()];
+            found.append(PyTuple::new(py, pair).map_err(|_| Decline)?).map_err(|_| Decline)?;
+        }
+        Ok(found)
+    }
 }
+
+/// A key that is not an integer of 64 bits: its chunk is crc32(id) % 1024, and `id` its id.
+fn bucketed(id: String) -> (String, (&'static [u8], i64)) {
+    let bucket = i64::from(crc32fast::hash(id.as_bytes()) % KEY_BUCKETS);
+    (id, (b"bucket", bucket))
+}
+
+// indexer.core.documents.KEY_BUCKETS and MAX_ID_BYTES
+const KEY_BUCKETS: u32 = 1024;
+const MAX_ID_BYTES: usize = 512;
 
 #[pymethods]
 impl RowPlan {
@@ -451,37 +609,28 @@ impl RowPlan {
             return Err(pyo3::exceptions::PyValueError::new_err("one column per name"));
         }
         let mut planned = Vec::with_capacity(columns.len());
-        for (code, a, b, members) in columns {
-            let sized = |n: usize| if (1..=8).contains(&n) { Ok(n) } else {
-                Err(pyo3::exceptions::PyValueError::new_err(format!("a size of {n} bytes")))
-            };
-            planned.push(match code {
-                INT => Column::Int { size: sized(a)?, signed: b != 0 },
-                YEAR => Column::Year,
-                FLOAT => Column::Float,
-                DOUBLE => Column::Double,
-                DECIMAL => Column::Decimal { precision: a, scale: b },
-                DATE => Column::Date,
-                DATETIME => Column::Datetime { fsp: a.min(6) },
-                TIMESTAMP => Column::Timestamp { fsp: a.min(6) },
-                TIME => Column::Time { fsp: a.min(6) },
-                BOOL => Column::Bool,
-                BITS => Column::Bits { size: sized(a)? },
-                ENUM => Column::Enum { size: sized(a)?, members },
-                SET => Column::Set { size: sized(a)?, members },
-                TEXT => Column::Text { prefix: sized(a)?, codec: match b {
-                    0 => Codec::Utf8,
-                    1 => Codec::Ascii,
-                    2 => Codec::Latin1,
-                    _ => return Err(pyo3::exceptions::PyValueError::new_err(
-                        format!("no native codec {b}"))),
-                } },
-                BINARY => Column::Binary { prefix: sized(a)?, pad: b },
-                _ => return Err(pyo3::exceptions::PyValueError::new_err(
-                    format!("no native column kind {code}"))),
-            });
-        }
-        Ok(RowPlan { names, columns: planned })
+        let mut fields = Vec::with_capacity(columns.len());
+        let mut texts = Vec::with_capacity(columns.len());
+        let mut writable = true;
+        Python::attach(|py| -> PyResult<()> {
+            for (name, (code, a, b, members)) in names.iter().zip(columns) {
+                let name = name.bind(py).to_str()?.to_owned();
+                let mut json_name = Vec::with_capacity(name.len() + 3);
+                crate::write_escaped(&name, &mut json_name);
+                json_name.push(b':');
+                let member_texts = members.iter().map(|m| Ok(m.bind(py).to_str()?.to_owned()))
+                    .collect::<PyResult<Vec<String>>>()?;
+                writable &= !matches!(code, FLOAT | DOUBLE | SET) && name != "_indexer";
+                fields.push(Field { json_name, hash_prefix: format!("#{name}=").into_bytes(),
+                                    members: member_texts });
+                texts.push(name);
+                planned.push(column(code, a, b, members)?);
+            }
+            Ok(())
+        })?;
+        let mut by_name: Vec<usize> = (0..texts.len()).collect();
+        by_name.sort_by(|x, y| texts[*x].cmp(&texts[*y])); // UTF-8 order is code point order
+        Ok(RowPlan { names, columns: planned, fields, by_name, writable })
     }
 
     /// rows(event, start, end, op, present, present_after) -> [(before, after), ...] as
@@ -491,4 +640,47 @@ impl RowPlan {
                  present: &[u8], present_after: &[u8]) -> Option<Bound<'py, PyList>> {
         self.all(py, event, start, end, op, present, present_after).ok()
     }
+
+    /// documents(event, start, end, op, present, present_after, key) -> [(id, document), ...]
+    /// for an insert or update event of a table whose documents are its rows as they are and
+    /// whose key is the one column ``key`` (an integer or text), or None: the event is the
+    /// Python path's (a delete, an update of a key, a float or SET column, a value it cannot
+    /// read).
+    #[allow(clippy::too_many_arguments)]
+    fn documents<'py>(&self, py: Python<'py>, event: &[u8], start: usize, end: usize, op: &str,
+                      present: &[u8], present_after: &[u8], key: usize)
+                      -> Option<Bound<'py, PyList>> {
+        self.built(py, event, start, end, op, present, present_after, key).ok()
+    }
+}
+
+fn column(code: u32, a: usize, b: usize, members: Vec<Py<PyString>>) -> PyResult<Column> {
+    let sized = |n: usize| if (1..=8).contains(&n) { Ok(n) } else {
+        Err(pyo3::exceptions::PyValueError::new_err(format!("a size of {n} bytes")))
+    };
+    Ok(match code {
+        INT => Column::Int { size: sized(a)?, signed: b != 0 },
+        YEAR => Column::Year,
+        FLOAT => Column::Float,
+        DOUBLE => Column::Double,
+        DECIMAL => Column::Decimal { precision: a, scale: b },
+        DATE => Column::Date,
+        DATETIME => Column::Datetime { fsp: a.min(6) },
+        TIMESTAMP => Column::Timestamp { fsp: a.min(6) },
+        TIME => Column::Time { fsp: a.min(6) },
+        BOOL => Column::Bool,
+        BITS => Column::Bits { size: sized(a)? },
+        ENUM => Column::Enum { size: sized(a)?, members },
+        SET => Column::Set { size: sized(a)?, members },
+        TEXT => Column::Text { prefix: sized(a)?, codec: match b {
+            0 => Codec::Utf8,
+            1 => Codec::Ascii,
+            2 => Codec::Latin1,
+            _ => return Err(pyo3::exceptions::PyValueError::new_err(
+                format!("no native codec {b}"))),
+        } },
+        BINARY => Column::Binary { prefix: sized(a)?, pad: b },
+        _ => return Err(pyo3::exceptions::PyValueError::new_err(
+            format!("no native column kind {code}"))),
+    })
 }

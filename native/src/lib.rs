@@ -117,7 +117,7 @@ impl Plan {
 }
 
 /// A string as orjson writes it: `"`, `\` and control characters escaped, the rest as is.
-fn write_escaped(text: &str, out: &mut Vec<u8>) {
+pub(crate) fn write_escaped(text: &str, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let bytes = text.as_bytes();

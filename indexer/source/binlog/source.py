@@ -81,9 +81,12 @@ class BinlogSource:
                  max_backoff_s: float, still_reader: Callable[[], None] = lambda: None,
                  server_id: int | None = None, base: int = 0,
                  native: NativePlan | None = None, gtids: str = "",
-                 switch_base: int = 0) -> None:
+                 switch_base: int = 0, built: frozenset[str] = frozenset()) -> None:
         self._settings = settings
         self._native = native  # reads row images natively where built
+        # The tables (by stream name) whose documents are their rows as they are: with
+        # ``native``, their inserts' and updates' documents are built as the rows are read.
+        self._built = frozenset(tables[name].name for name in built if native is not None)
         self._replica = replica
         self._streams = {t.name: Stream(name, BINLOG_PART) for name, t in tables.items()}
         # delivered and not committed yet; their positions, each above ``base``
@@ -155,7 +158,7 @@ class BinlogSource:
         self._reader = ChangeReader(self._columns.get, codecs, server.flavor,
                                     "" if stream.by_gtid else start[0], start[1],
                                     server.checksummed, self._native, stream.gtids,
-                                    stream.by_gtid)
+                                    stream.by_gtid, self._built)
 
     def _switched(self, start: Resume, gtids: str, server_id: int) -> None:
         """Another server of the replication group (a promoted replica) is read from the

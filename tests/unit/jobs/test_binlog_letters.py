@@ -7,7 +7,7 @@ import orjson
 
 from indexer.core.documents import DocumentBuilder
 from indexer.core.envelope import Position
-from indexer.core.events import Change
+from indexer.core.events import Built, Change
 from indexer.core.streams import Delivery, Stream
 from indexer.jobs.binlog_letters import _change
 from indexer.search.dead_letters import letter_for
@@ -29,6 +29,22 @@ def test_a_letter_gives_back_its_change_and_the_same_write() -> None:
     assert back is not None and back.position == position
     builder = DocumentBuilder(TABLE)
     assert builder.write_for_change(back) == builder.write_for_change(change)
+
+
+def test_a_letter_of_a_document_its_source_built_gives_back_the_same_write() -> None:
+    position = Position("mysql-bin.000007", 4711, 2, 1_700_000_000_000, None, "false",
+                        "mariadb")
+    builder = DocumentBuilder(TABLE)
+    row = {"id": 7, "name": "b\u00e9", "price": "2.50", "at": None}
+    write = builder.write_for_change(Change("c", {"id": 7}, None, row, position))
+    built = Built("c", position, write.id, write.source, "id")
+    delivery = Delivery(Stream(TABLE.topic, -1), 123, None, None, 10, built=built)
+    letter = orjson.loads(orjson.dumps(letter_for("shop", delivery, "mapping-conflict", "no",
+                                                  1)))
+    assert letter["change"] == {"op": "c", "key": {"id": 7}, "before": None, "after": row}
+    back = _change(letter)
+    assert back is not None and back.position == position
+    assert builder.write_for_change(back) == write
 
 
 def test_a_letter_without_a_change_gives_none() -> None:
