@@ -496,9 +496,9 @@ impl RowPlan {
                 -> Got<String> {
         let mut digits = itoa::Buffer::new();
         let (id, chunk): (String, (&[u8], i64)) = match key {
-            Value::Int(v) => (digits.format(*v).to_owned(), (b"key", *v)),
+            Value::Int(v) => (digits.format(*v).to_owned(), (b"\"key\":", *v)),
             Value::UInt(v) if i64::try_from(*v).is_ok() => {
-                (digits.format(*v).to_owned(), (b"key", *v as i64))
+                (digits.format(*v).to_owned(), (b"\"key\":", *v as i64))
             }
             Value::UInt(v) => bucketed(digits.format(*v).to_owned()),
             Value::Text(s) => bucketed(s.to_string()),
@@ -548,8 +548,7 @@ impl RowPlan {
         out.extend_from_slice(b"\"_indexer\":{\"hash\":");
         out.extend_from_slice(digits.format(crc.finalize()).as_bytes());
         out.push(b',');
-        crate::write_escaped(std::str::from_utf8(chunk.0).map_err(|_| Decline)?, out);
-        out.push(b':');
+        out.extend_from_slice(chunk.0);
         out.extend_from_slice(digits.format(chunk.1).as_bytes());
         out.extend_from_slice(b"}}");
         Ok(id)
@@ -591,7 +590,7 @@ impl RowPlan {
 /// A key that is not an integer of 64 bits: its chunk is crc32(id) % 1024, and `id` its id.
 fn bucketed(id: String) -> (String, (&'static [u8], i64)) {
     let bucket = i64::from(crc32fast::hash(id.as_bytes()) % KEY_BUCKETS);
-    (id, (b"bucket", bucket))
+    (id, (b"\"bucket\":", bucket))
 }
 
 // indexer.core.documents.KEY_BUCKETS and MAX_ID_BYTES

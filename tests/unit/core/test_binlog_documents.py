@@ -19,7 +19,7 @@ from indexer.core.envelope import Position
 from indexer.core.events import Change
 from indexer.errors import DecodeError
 from indexer.settings import TableConfig, VersionSource
-from tests.unit.core.test_binlog import codecs, events
+from tests.unit.core.test_binlog import codecs
 from tests.unit.core.test_binlog_native import (
     COLUMNS,
     JSON_COLUMNS,
@@ -27,6 +27,7 @@ from tests.unit.core.test_binlog_native import (
     bitmap,
     column,
     projected,
+    recorded_rows,
 )
 
 BUILDER = DocumentBuilder(TableConfig(database="d", table="t", topic="t", alias="t",
@@ -67,28 +68,21 @@ def built(decoder: RowDecoder, data: bytes, header: ev.RowsHeader,
 
 def test_every_recorded_insert_and_update_is_built_as_the_builder_writes_it(
         module: ModuleType) -> None:
-    checksummed, table, compared = False, None, 0
-    for head, event in events():
-        if head.type == ev.FORMAT_DESCRIPTION:
-            checksummed = ev.format_description(event).checksummed
-        elif head.type == ev.TABLE_MAP:
-            table = ev.table_map(event, checksummed)
-        elif head.type in ev.ROWS_EVENTS:
-            assert table is not None
-            header = ev.rows_header(event, head, checksummed)
-            # What the native side writes: no JSON, UTF-16, float or SET column.
-            keep = [i for i, c in enumerate(table.columns) if c.name not in ("js", "u16")
-                    and c.real_type not in (ev.FLOAT, ev.DOUBLE, ev.SET)]
-            small, rows, data = projected(table, event, header, keep)
-            decoder = RowDecoder(small, JSON_COLUMNS, codecs(), module.RowPlan)
-            expected = reference(decoder, data, rows)
-            natively = built(decoder, data, rows)
-            if rows.op == "d":
-                assert natively is None
-                continue
-            assert natively is not None, "declined an insert or update MariaDB wrote"
-            assert natively == expected
-            compared += len(natively)
+    compared = 0
+    for table, header, event in recorded_rows():
+        # What the native side writes: no JSON, UTF-16, float or SET column.
+        keep = [i for i, c in enumerate(table.columns) if c.name not in ("js", "u16")
+                and c.real_type not in (ev.FLOAT, ev.DOUBLE, ev.SET)]
+        small, rows, data = projected(table, event, header, keep)
+        decoder = RowDecoder(small, JSON_COLUMNS, codecs(), module.RowPlan)
+        expected = reference(decoder, data, rows)
+        natively = built(decoder, data, rows)
+        if rows.op == "d":
+            assert natively is None
+            continue
+        assert natively is not None, "declined an insert or update MariaDB wrote"
+        assert natively == expected
+        compared += len(natively)
     assert compared > 0
 
 

@@ -4,6 +4,7 @@ reference: MariaDB's own bytes of every type it reads, then random bytes for eac
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
@@ -56,30 +57,36 @@ def projected(table: ev.TableMap, event: bytes, header: ev.RowsHeader,
     return small, rows, bytes(out)
 
 
-def test_every_recorded_value_of_the_kinds_it_reads_is_the_python_decoders(
-        module: ModuleType) -> None:
-    checksummed, table, compared = False, None, 0
+def recorded_rows() -> Iterator[tuple[ev.TableMap, ev.RowsHeader, bytes]]:
+    """Each rows event of MariaDB's recorded binlog, with the table map it follows."""
+    checksummed, table = False, None
     for head, event in events():
         if head.type == ev.FORMAT_DESCRIPTION:
             checksummed = ev.format_description(event).checksummed
         elif head.type == ev.TABLE_MAP:
             table = ev.table_map(event, checksummed)
-            # The whole table has a JSON (LONGTEXT) and a UTF-16 column: Python reads it all.
-            assert native_columns(table, JSON_COLUMNS, codecs()) is None
-            assert RowDecoder(table, JSON_COLUMNS, codecs(), module.RowPlan).native is None
         elif head.type in ev.ROWS_EVENTS:
             assert table is not None
-            header = ev.rows_header(event, head, checksummed)
-            keep = [i for i, c in enumerate(table.columns) if c.name not in ("js", "u16")]
-            small, rows, data = projected(table, event, header, keep)
-            decoder = RowDecoder(small, JSON_COLUMNS, codecs(), module.RowPlan)
-            assert decoder.native is not None
-            natively = decoder.native.rows(data, 0, len(data), rows.op, rows.present,
-                                           rows.present_after)
-            assert natively is not None, "declined a value MariaDB wrote"
-            assert repr(natively) == repr(decoder.decoded(data, rows))
-            assert decoder.rows(data, rows) == natively
-            compared += len(natively)
+            yield table, ev.rows_header(event, head, checksummed), event
+
+
+def test_every_recorded_value_of_the_kinds_it_reads_is_the_python_decoders(
+        module: ModuleType) -> None:
+    compared = 0
+    for table, header, event in recorded_rows():
+        # The whole table has a JSON (LONGTEXT) and a UTF-16 column: Python reads it all.
+        assert native_columns(table, JSON_COLUMNS, codecs()) is None
+        assert RowDecoder(table, JSON_COLUMNS, codecs(), module.RowPlan).native is None
+        keep = [i for i, c in enumerate(table.columns) if c.name not in ("js", "u16")]
+        small, rows, data = projected(table, event, header, keep)
+        decoder = RowDecoder(small, JSON_COLUMNS, codecs(), module.RowPlan)
+        assert decoder.native is not None
+        natively = decoder.native.rows(data, 0, len(data), rows.op, rows.present,
+                                       rows.present_after)
+        assert natively is not None, "declined a value MariaDB wrote"
+        assert repr(natively) == repr(decoder.decoded(data, rows))
+        assert decoder.rows(data, rows) == natively
+        compared += len(natively)
     assert compared == 13
 
 
