@@ -13,15 +13,24 @@ def action_line(index: str, write: Write, version_type: str = "external",
                 pipeline: str = "") -> bytes:
     """The write's action; a document (never a tombstone) through ``pipeline`` when set."""
     # Formatted by hand: this runs once per document and orjson on a nested dict costs more.
-    line = b"%b%b,\"version\":%d,\"version_type\":\"%b\"" % (
-        _index_prefix(index), orjson.dumps(write.id), write.version, version_type.encode())
+    line = b"%b%b,\"version\":%d%b" % (_index_prefix(index), orjson.dumps(write.id),
+                                        write.version, _version_end(version_type))
+    through = bool(pipeline) and not write.deleted
+    if write.routing is None and not through:
+        return line
     if write.routing is not None:
-        line += b',"routing":' + orjson.dumps(write.routing)
-    if pipeline and not write.deleted:
-        line += b',"pipeline":' + orjson.dumps(pipeline)
-    return line + b"}}"
+        line = line[:-2] + b',"routing":' + orjson.dumps(write.routing) + b"}}"
+    if through:
+        line = line[:-2] + b',"pipeline":' + orjson.dumps(pipeline) + b"}}"
+    return line
 
 
 @functools.lru_cache(maxsize=256)
 def _index_prefix(index: str) -> bytes:
     return b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":'
+
+
+@functools.lru_cache(maxsize=8)
+def _version_end(version_type: str) -> bytes:
+    """The action's closing part, the same for every line of one version type."""
+    return b',"version_type":' + orjson.dumps(version_type) + b"}}"

@@ -476,21 +476,30 @@ class Daemon:
     def _count(self, batch: Batch) -> None:
         """Metrics for a written batch, counted locally first: labels() is not cheap."""
         counts: dict[tuple[str, str, str], int] = {}
+        # Runs of alike messages (most of a batch) are counted before a key is made for them.
+        table, op_kind, outcome, run = "", "", "", 0
         for message in batch.messages:
             op = message.op
-            outcome = ""  # dead letters are counted where they are sent
+            now = ""  # dead letters are counted where they are sent
             if op is None:
-                outcome = "skipped" if message.op_kind == "tombstone" else ""
+                now = "skipped" if message.op_kind == "tombstone" else ""
             elif op.outcome is Outcome.WRITTEN:
-                outcome = "deleted" if op.write.deleted else "indexed"
+                now = "deleted" if op.write.deleted else "indexed"
                 if message.table is self._canary and not op.write.deleted:
                     beat = Beat.from_document(op.write.source)
                     if beat is not None:
                         self.metrics.canary_indexed(beat.beat_ms)
             elif op.outcome is Outcome.STALE:
-                outcome = "stale"
-            key = (message.table.name, message.op_kind or "invalid", outcome)
-            counts[key] = counts.get(key, 0) + 1
+                now = "stale"
+            name, kind = message.table.name, message.op_kind or "invalid"
+            if name == table and kind == op_kind and now == outcome:
+                run += 1
+                continue
+            if run:
+                counts[table, op_kind, outcome] = counts.get((table, op_kind, outcome), 0) + run
+            table, op_kind, outcome, run = name, kind, now, 1
+        if run:
+            counts[table, op_kind, outcome] = counts.get((table, op_kind, outcome), 0) + run
         m = self.metrics
         results = {"skipped": m.skipped, "deleted": m.deleted, "indexed": m.indexed,
                    "stale": m.stale}

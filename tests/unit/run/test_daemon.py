@@ -168,6 +168,10 @@ async def test_batches_are_written_then_committed_in_order_and_replays_are_stale
     # the replay writes nothing: every change of it is older than what the index holds.
     assert (counted("indexer_indexed_total"), counted("indexer_deleted_total")) == (1, 1)
     assert counted("indexer_stale_total") == 4 and counted("indexer_skipped_total") == 2
+    events = {op: daemon.metrics.registry.get_sample_value(
+        "indexer_events_total", {"table": "indexer_test.t1", "op": op})
+        for op in ("c", "u", "d", "tombstone")}
+    assert events == {"c": 2, "u": 2, "d": 2, "tombstone": 2}
 
 
 async def test_the_first_layout_after_a_start_and_after_a_rebalance_is_checked(
