@@ -15,14 +15,12 @@ def action_line(index: str, write: Write, version_type: str = "external",
     # Formatted by hand: this runs once per document and orjson on a nested dict costs more.
     line = b"%b%b,\"version\":%d%b" % (_index_prefix(index), orjson.dumps(write.id),
                                         write.version, _version_end(version_type))
-    through = bool(pipeline) and not write.deleted
-    if write.routing is None and not through:
-        return line
+    more = b""
     if write.routing is not None:
-        line = line[:-2] + b',"routing":' + orjson.dumps(write.routing) + b"}}"
-    if through:
-        line = line[:-2] + b',"pipeline":' + orjson.dumps(pipeline) + b"}}"
-    return line
+        more += b',"routing":' + orjson.dumps(write.routing)
+    if pipeline and not write.deleted:
+        more += b',"pipeline":' + orjson.dumps(pipeline)
+    return line[:-2] + more + b"}}" if more else line
 
 
 @functools.lru_cache(maxsize=256)

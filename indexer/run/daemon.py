@@ -477,29 +477,31 @@ class Daemon:
         """Metrics for a written batch, counted locally first: labels() is not cheap."""
         counts: dict[tuple[str, str, str], int] = {}
         # Runs of alike messages (most of a batch) are counted before a key is made for them.
-        table, op_kind, outcome, run = "", "", "", 0
+        run_name, run_kind, run_outcome, run = "", "", "", 0
         for message in batch.messages:
             op = message.op
-            now = ""  # dead letters are counted where they are sent
+            outcome = ""  # dead letters are counted where they are sent
             if op is None:
-                now = "skipped" if message.op_kind == "tombstone" else ""
+                outcome = "skipped" if message.op_kind == "tombstone" else ""
             elif op.outcome is Outcome.WRITTEN:
-                now = "deleted" if op.write.deleted else "indexed"
+                outcome = "deleted" if op.write.deleted else "indexed"
                 if message.table is self._canary and not op.write.deleted:
                     beat = Beat.from_document(op.write.source)
                     if beat is not None:
                         self.metrics.canary_indexed(beat.beat_ms)
             elif op.outcome is Outcome.STALE:
-                now = "stale"
+                outcome = "stale"
             name, kind = message.table.name, message.op_kind or "invalid"
-            if name == table and kind == op_kind and now == outcome:
+            if name == run_name and kind == run_kind and outcome == run_outcome:
                 run += 1
                 continue
             if run:
-                counts[table, op_kind, outcome] = counts.get((table, op_kind, outcome), 0) + run
-            table, op_kind, outcome, run = name, kind, now, 1
+                key = (run_name, run_kind, run_outcome)
+                counts[key] = counts.get(key, 0) + run
+            run_name, run_kind, run_outcome, run = name, kind, outcome, 1
         if run:
-            counts[table, op_kind, outcome] = counts.get((table, op_kind, outcome), 0) + run
+            key = (run_name, run_kind, run_outcome)
+            counts[key] = counts.get(key, 0) + run
         m = self.metrics
         results = {"skipped": m.skipped, "deleted": m.deleted, "indexed": m.indexed,
                    "stale": m.stale}
