@@ -2,9 +2,10 @@
 indexer reads: each with its before/after images as canonical values, its key, its layout and
 its position (file, start of its rows event, row within it; GTID; commit time), and where a
 restart must read from to see it again (the start of its transaction). For the tables the
-caller names whose documents are their rows as they are, the native RowPlan builds an insert's
-or update's document instead (:class:`~indexer.core.events.Built`): no row image becomes a
-Python object; what it declines is read as images.
+caller names whose documents are their rows as they are, the native RowPlan builds the
+documents of a rows event's inserts or updates instead, delivered as one change
+(:class:`~indexer.core.events.BuiltRows`): no row image becomes a Python object, and no row an
+object of its own; what it declines is read as images.
 
 Pure: bytes in, :class:`RowChange` out. What only the server can say (which tables are read
 and which of their columns hold JSON; how each collation's bytes decode) is given by the
@@ -22,7 +23,7 @@ from indexer.core import binlog_events as ev
 from indexer.core.binlog_events import BinlogError, Header, TableMap
 from indexer.core.binlog_rows import NativePlan, RowDecoder
 from indexer.core.envelope import Position
-from indexer.core.events import Built, Change
+from indexer.core.events import BuiltRows, Change
 
 # A table's row as the table map shows it: (column, its type), as events.Layout.
 Layout = frozenset[tuple[str, str]]
@@ -85,16 +86,18 @@ class RowChange:
     # @gtid_binlog_pos writes it): where another server of the replication group reads from.
     resume_gtids: str = ""
     size: int = ROW_OVERHEAD  # its weight in a batch: its share of its rows event's bytes
-    built: Built | None = None  # instead of ``change``: its document, built natively
+    # instead of ``change``: the documents of its rows event's rows from ``position`` on,
+    # built natively (``size`` is then theirs together)
+    built_rows: BuiltRows | None = None
 
-    # mypyc leaves a dataclass's generated __init__ interpreted (5x slower); one per change.
+    # mypyc leaves a dataclass's generated __init__ interpreted (5x slower); one per event.
     def __init__(self, table: str, position: Position, layout: Layout, resume: tuple[str, int],
                  change: Change | None, error: tuple[str, str] | None = None, half: int = 0,
                  resume_gtids: str = "", size: int = ROW_OVERHEAD,
-                 built: Built | None = None) -> None:
+                 built_rows: BuiltRows | None = None) -> None:
         self.table, self.position, self.layout, self.resume = table, position, layout, resume
         self.change, self.error, self.half = change, error, half
-        self.resume_gtids, self.size, self.built = resume_gtids, size, built
+        self.resume_gtids, self.size, self.built_rows = resume_gtids, size, built_rows
 
 
 @dataclass
@@ -337,16 +340,14 @@ class ChangeReader:
 
     def _built_rows(self, name: str, head: Header, header: ev.RowsHeader, layout: Layout,
                     key: str, documents: list[tuple[str, bytes]]) -> list[RowChange]:
-        """A rows event's changes whose documents the RowPlan built."""
-        resume, gtids, op = self._resume(head), self._resume_gtids(), header.op
-        size = ROW_OVERHEAD + (header.rows_end - header.rows_at) // max(1, len(documents))
-        changes = []
-        for row, (doc_id, document) in enumerate(documents):
-            position = self._position(head, row)
-            changes.append(RowChange(name, position, layout, resume, None, resume_gtids=gtids,
-                                     size=size,
-                                     built=Built(op, position, doc_id, document, key)))
-        return changes
+        """A rows event's changes whose documents the RowPlan built: one change for them."""
+        if not documents:
+            return []
+        size = ROW_OVERHEAD * len(documents) + header.rows_end - header.rows_at
+        position = self._position(head, 0)
+        return [RowChange(name, position, layout, self._resume(head), None,
+                          resume_gtids=self._resume_gtids(), size=size,
+                          built_rows=BuiltRows(header.op, position, documents, key))]
 
 
 def _table_id(event: bytes) -> int:

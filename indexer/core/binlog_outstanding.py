@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from indexer.core.binlog_changes import RowChange
 from indexer.core.sources import binlog_file_number
-from indexer.core.streams import Delivery, Stream
+from indexer.core.streams import ROW_STEP, Delivery, Stream
 from indexer.core.versions import pack
 
 Resume = tuple[str, int]
@@ -45,15 +45,20 @@ class Outstanding:
     def __bool__(self) -> bool:
         return bool(self._runs)
 
-    def deliver(self, changes: list[RowChange], ready: deque[Delivery]) -> None:
+    def deliver(self, changes: list[RowChange], ready: deque[Delivery]) -> int:
         """Appends each change not delivered before (a reconnect reads some again) to
-        ``ready`` at its position, and records it as outstanding."""
+        ``ready`` at its position (a rows event's built documents at their last row's), and
+        records it as outstanding; returns how many changes that delivered."""
         runs, streams = self._runs, self._streams
+        delivered = 0
         for change in changes:
             p = change.position
             if p.file != self._file[0]:
                 self._file = (p.file, binlog_file_number(p.file))
-            position = self.base + pack(self._file[1], p.pos, p.row) * 2 + change.half
+            rows = change.built_rows
+            count = 1 if rows is None else len(rows.documents)
+            position = (self.base + pack(self._file[1], p.pos, p.row) * ROW_STEP + change.half
+                        + (count - 1) * ROW_STEP)
             if position <= self.last:
                 continue
             self.last = position
@@ -66,7 +71,9 @@ class Outstanding:
                 runs.append(_Run(position, stream, change.resume, change.resume_gtids))
             ready.append(Delivery(stream, position, None, None, change.size,
                                   change=change.change, layout=change.layout,
-                                  error=change.error, built=change.built))
+                                  error=change.error, rows=rows))
+            delivered += count
+        return delivered
 
     def commit(self, positions: Mapping[Stream, int]) -> None:
         """Every change below each stream's position is committed (written or

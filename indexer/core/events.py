@@ -112,6 +112,30 @@ class Built:
                                                                     key)
 
 
+@dataclass(slots=True)
+class BuiltRows:
+    """A rows event's inserts or updates whose documents its source built, kept together: row
+    ``i``'s id and body are ``documents[i]``, its position ``position`` at row ``i``. One
+    object per event rather than per row: the rows of an event share all but their row."""
+
+    op: str
+    position: Position  # the first row's
+    documents: list[tuple[str, bytes]]  # (id, body) per row, in row order
+    key: str
+
+    def __init__(self, op: str, position: Position, documents: list[tuple[str, bytes]],
+                 key: str) -> None:
+        self.op, self.position, self.documents, self.key = op, position, documents, key
+
+    def at(self, row: int) -> Position:
+        return msgspec.structs.replace(self.position, row=row)
+
+    def row(self, row: int) -> Built:
+        """One of its rows on its own (a dead letter is one row's)."""
+        doc_id, document = self.documents[row]
+        return Built(self.op, self.at(row), doc_id, document, self.key)
+
+
 # Temporal logical types: (formatter of microseconds, multiply, divide to get microseconds,
 # fraction digits when the column's own are unknown).
 _TEMPORAL: dict[str, tuple[Callable[[int, int], str], int, int, int]] = {

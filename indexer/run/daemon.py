@@ -28,7 +28,7 @@ from indexer.core.documents import (
     placed_at,
 )
 from indexer.core.envelope import Position
-from indexer.core.events import Change, EnvelopeDecoder, LayoutChanged
+from indexer.core.events import BuiltRows, Change, EnvelopeDecoder, LayoutChanged
 from indexer.core.ledger import OffsetLedger
 from indexer.core.linger import Linger
 from indexer.core.sources import EPOCH_ZERO
@@ -65,13 +65,15 @@ class Message:
     ts_ms: int = 0
     error: tuple[str, str] | None = None  # (kind, reason) when it cannot be decoded
     requests: list[Request] | None = None  # joined documents it touches
+    # instead of ``op``: a rows delivery's writes, one per row in row order (ts_ms: the event's)
+    ops: list[Op] | None = None
 
     # mypyc leaves a dataclass's generated __init__ interpreted (5x slower); one per change.
     def __init__(self, delivery: Delivery, table: TableConfig, op: Op | None = None,
                  op_kind: str = "", ts_ms: int = 0, error: tuple[str, str] | None = None,
-                 requests: list[Request] | None = None) -> None:
+                 requests: list[Request] | None = None, ops: list[Op] | None = None) -> None:
         self.delivery, self.table, self.op, self.op_kind = delivery, table, op, op_kind
-        self.ts_ms, self.error, self.requests = ts_ms, error, requests
+        self.ts_ms, self.error, self.requests, self.ops = ts_ms, error, requests, ops
 
 
 @dataclass
@@ -106,6 +108,7 @@ class Batch:
     messages: list[Message] = field(default_factory=list)
     positions: dict[Stream, int] = field(default_factory=dict)  # stream -> the next to read
     size: int = 0
+    changes: int = 0  # the messages' changes (a rows delivery's rows count one each)
 
 
 class Daemon:
@@ -231,7 +234,7 @@ class Daemon:
         deadline = time.monotonic() + self._linger.wait_ms() / 1000
         while found:
             await self._add(batch, found)
-            room = limits.max_events - len(batch.messages)
+            room = limits.max_events - batch.changes
             if room <= 0 or batch.size >= limits.max_bytes or self._stopping.is_set():
                 break
             # Changes already fetched are taken at once; the linger bounds only the wait.
@@ -243,8 +246,9 @@ class Daemon:
         if any(stream not in assigned for stream in batch.positions):
             batch.messages = [m for m in batch.messages if m.delivery.stream in assigned]
             batch.positions = {s: p for s, p in batch.positions.items() if s in assigned}
+            batch.changes = sum(m.delivery.changes for m in batch.messages)
         if batch.messages:
-            self._linger.closed(len(batch.messages), time.monotonic())
+            self._linger.closed(batch.changes, time.monotonic())
         return batch
 
     async def _add(self, batch: Batch, found: Deliveries) -> None:
@@ -253,15 +257,18 @@ class Daemon:
             natively = 0
             for i, delivery in enumerate(deliveries):
                 done = prepared[i] if prepared else None
+                changes = delivery.changes
                 try:
                     message = self._prepare(delivery, done)
-                    if done is not None or delivery.built is not None:
-                        natively += 1
+                    natively += done is not None
                 except (SwitchFound, NotFollowed, LayoutChanged) as needed:
                     message = await self._prepare_after_io(delivery, needed)
                     prepared = []  # the layout may have changed: the rest is Python's
+                if delivery.rows is not None:  # (built natively by its source)
+                    natively += changes
                 batch.messages.append(message)
                 batch.size += delivery.size
+                batch.changes += changes
             if deliveries:
                 batch.positions[stream] = deliveries[-1].position + 1
             if natively:
@@ -324,12 +331,11 @@ class Daemon:
             if prepared is not None:  # decoded and built natively, as below would
                 return self._built(message, table, prepared.op, prepared.position(),
                                    prepared.id, prepared.document)
-            built = delivery.built
-            if built is not None:  # built by its source (the binlog's rows), as below would
+            rows = delivery.rows
+            if rows is not None:  # built by its source (the binlog's rows), as below would
                 if delivery.layout is not None:
                     table.decoder.check(delivery.layout, "the binlog's table map")
-                return self._built(message, table, built.op, built.position, built.id,
-                                   built.document)
+                return self._built_rows(message, table, rows)
             change = delivery.change
             if change is not None:  # decoded by its source (a binlog's rows)
                 if delivery.layout is not None:
@@ -372,6 +378,22 @@ class Daemon:
         message.op = Op(table.config.alias, Write(doc_id, version, document, deleted=False))
         return message
 
+    def _built_rows(self, message: Message, table: _Table, rows: BuiltRows) -> Message:
+        """A message of a rows event's documents built by the source: a write per row at its
+        version, the rows' versions consecutive as their positions are."""
+        documents = rows.documents
+        last = len(documents) - 1
+        position = rows.at(last) if last else rows.position
+        message.op_kind = rows.op
+        message.ts_ms = position.ts_ms
+        epoch = self._f.epoch(table.config, message.delivery, position)
+        # packed with the row in its lowest bits: the first row's is the last's minus its row
+        first = pack_binlog_version(position.file, position.pos, last, epoch) - last
+        alias = table.config.alias
+        message.ops = [Op(alias, Write(doc_id, first + row, document, deleted=False))
+                       for row, (doc_id, document) in enumerate(documents)]
+        return message
+
     def _requests(self, table: _Table, delivery: Delivery, change: Change) -> list[Request]:
         """What the change touches in each tree its table is part of, versioned in the
         tree's epoch (one record of epochs per tree, across all its tables' partitions)."""
@@ -394,20 +416,11 @@ class Daemon:
         latest: dict[tuple[str, str], Op] = {}
         for message in batch.messages:
             op = message.op
-            if op is None:
-                continue
-            key = (op.alias, op.write.id)
-            current = latest.get(key)
-            # The write kept also leaves the routings the one it supersedes wrote or left
-            # (a routed row moved twice in one batch): only that one knew them.
-            if current is None or op.write.version > current.write.version:
-                if current is not None:
-                    current.outcome = Outcome.STALE
-                    op.write = leaving(op.write, placed_at(current.write), message.ts_ms)
-                latest[key] = op
-            else:
-                op.outcome = Outcome.STALE
-                current.write = leaving(current.write, placed_at(op.write), message.ts_ms)
+            if op is not None:
+                _keep_newest(latest, op, message.ts_ms)
+            elif message.ops is not None:
+                for op in message.ops:
+                    _keep_newest(latest, op, message.ts_ms)
         if latest:
             await sink.write(list(latest.values()))
         requests = [r for m in batch.messages if m.requests for r in m.requests]
@@ -455,23 +468,31 @@ class Daemon:
         self._advance()
 
     async def _dead_letter(self, batch: Batch) -> None:
-        dead_letters = self._p.dead_letters
         for message in batch.messages:
             error = message.error
             attempts = 1
-            if message.op is not None and message.op.outcome is Outcome.FAILED:
-                error = (message.op.error_kind, message.op.error_reason)
-                attempts = message.op.attempts
+            op = message.op
+            if message.ops is not None:  # a rows delivery: each row failed is its own letter
+                for row, op in enumerate(message.ops):
+                    if op.outcome is Outcome.FAILED:
+                        await self._send_letter(message, message.delivery.row(row),
+                                                (op.error_kind, op.error_reason), op.attempts)
+                continue
+            if op is not None and op.outcome is Outcome.FAILED:
+                error = (op.error_kind, op.error_reason)
+                attempts = op.attempts
             elif error is None and message.requests:
                 error = next((r.failure for r in message.requests if r.failure), None)
-            if error is None:
-                continue
-            delivery = message.delivery
-            if error[0] == MAPPING_CONFLICT and message.op is not None:
-                error = (error[0], f"{error[1]}; {mapping_hint(message.table)}")
-            log.error("dead-lettering %s: %s: %s", delivery.describe(), error[0], error[1])
-            await dead_letters.deliver(delivery, error[0], error[1], attempts)
-            self.metrics.dead_lettered.labels(message.table.name, error[0]).inc()
+            if error is not None:
+                await self._send_letter(message, message.delivery, error, attempts)
+
+    async def _send_letter(self, message: Message, delivery: Delivery, error: tuple[str, str],
+                           attempts: int) -> None:
+        if error[0] == MAPPING_CONFLICT and (message.op is not None or message.ops is not None):
+            error = (error[0], f"{error[1]}; {mapping_hint(message.table)}")
+        log.error("dead-lettering %s: %s: %s", delivery.describe(), error[0], error[1])
+        await self._p.dead_letters.deliver(delivery, error[0], error[1], attempts)
+        self.metrics.dead_lettered.labels(message.table.name, error[0]).inc()
 
     def _count(self, batch: Batch) -> None:
         """Metrics for a written batch, counted locally first: labels() is not cheap."""
@@ -479,26 +500,16 @@ class Daemon:
         # Runs of alike messages (most of a batch) are counted before a key is made for them.
         run_name, run_kind, run_outcome, run = "", "", "", 0
         for message in batch.messages:
-            op = message.op
-            outcome = ""  # dead letters are counted where they are sent
-            if op is None:
-                outcome = "skipped" if message.op_kind == "tombstone" else ""
-            elif op.outcome is Outcome.WRITTEN:
-                outcome = "deleted" if op.write.deleted else "indexed"
-                if message.table is self._canary and not op.write.deleted:
-                    beat = Beat.from_document(op.write.source)
-                    if beat is not None:
-                        self.metrics.canary_indexed(beat.beat_ms)
-            elif op.outcome is Outcome.STALE:
-                outcome = "stale"
-            name, kind = message.table.name, message.op_kind or "invalid"
-            if name == run_name and kind == run_kind and outcome == run_outcome:
-                run += 1
-                continue
-            if run:
-                key = (run_name, run_kind, run_outcome)
-                counts[key] = counts.get(key, 0) + run
-            run_name, run_kind, run_outcome, run = name, kind, outcome, 1
+            name, kind, ops = message.table.name, message.op_kind or "invalid", message.ops
+            for op in ops if ops is not None else (message.op,):  # a rows delivery's each
+                outcome = self._outcome(message, op)
+                if name == run_name and kind == run_kind and outcome == run_outcome:
+                    run += 1
+                    continue
+                if run:
+                    key = (run_name, run_kind, run_outcome)
+                    counts[key] = counts.get(key, 0) + run
+                run_name, run_kind, run_outcome, run = name, kind, outcome, 1
         if run:
             key = (run_name, run_kind, run_outcome)
             counts[key] = counts.get(key, 0) + run
@@ -523,6 +534,21 @@ class Daemon:
             m.event_age.labels(table).observe(max(0.0, (now_ms - ts) / 1000))
         for table, ts in newest.items():
             m.written_up_to(table, ts)
+
+    def _outcome(self, message: Message, op: Op | None) -> str:
+        """The metric a change's write counts under ("": dead letters are counted where they
+        are sent); a canary's beat is timed as its write is counted."""
+        if op is None:
+            return "skipped" if message.op_kind == "tombstone" else ""
+        if op.outcome is Outcome.WRITTEN:
+            if op.write.deleted:
+                return "deleted"
+            if message.table is self._canary:
+                beat = Beat.from_document(op.write.source)
+                if beat is not None:
+                    self.metrics.canary_indexed(beat.beat_ms)
+            return "indexed"
+        return "stale" if op.outcome is Outcome.STALE else ""
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         """A batch's task ended: the ledger hands the batches done at its head to the commit,
@@ -639,6 +665,23 @@ def _ends_per_stream(messages: list[Message]) -> list[tuple[Message, Message]]:
         else:
             pair[1] = message
     return [(first, last) for first, last in ends.values()]
+
+
+def _keep_newest(latest: dict[tuple[str, str], Op], op: Op, ts_ms: int) -> None:
+    """Keeps ``op`` in ``latest`` if it is its document's newest write so far; the other one
+    of the two is stale."""
+    key = (op.alias, op.write.id)
+    current = latest.get(key)
+    # The write kept also leaves the routings the one it supersedes wrote or left (a routed
+    # row moved twice in one batch): only that one knew them.
+    if current is None or op.write.version > current.write.version:
+        if current is not None:
+            current.outcome = Outcome.STALE
+            op.write = leaving(op.write, placed_at(current.write), ts_ms)
+        latest[key] = op
+    else:
+        op.outcome = Outcome.STALE
+        current.write = leaving(current.write, placed_at(op.write), ts_ms)
 
 
 def _holds(message: Message, requests: set[int]) -> bool:

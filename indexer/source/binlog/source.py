@@ -109,6 +109,7 @@ class BinlogSource:
         self._server: Server | None = None
         self._read: deque[bytes] = deque()  # events read, not decoded yet
         self._ready: deque[Delivery] = deque()  # decoded, not handed out yet
+        self._ready_changes = 0  # the changes they carry (a rows event's built rows are one)
         self._saved: Resume | None = None
         self._saved_at = 0.0
 
@@ -187,8 +188,9 @@ class BinlogSource:
         deadline = time.monotonic() + timeout_ms / 1000
         read = False
         # Decoded only as far as asked: a rows event holds up to hundreds of changes, and a
-        # backlog waits in the server's binlog, not in memory.
-        while len(ready) < max_items:
+        # backlog waits in the server's binlog, not in memory. A rows event's built documents
+        # are one delivery, never split: a fetch may hand out up to an event's rows more.
+        while self._ready_changes < max_items:
             if not events:
                 now = time.monotonic()
                 if read and not ready and now >= deadline:
@@ -206,11 +208,14 @@ class BinlogSource:
                 await self._learn(unknown)
                 continue
             events.popleft()
-            self._out.deliver(changes, ready)
+            self._ready_changes += self._out.deliver(changes, ready)
         found: dict[Stream, list[Delivery]] = {}
-        for _ in range(min(max_items, len(ready))):
+        taken = 0
+        while ready and taken < max_items:
             delivery = ready.popleft()
+            taken += delivery.changes
             found.setdefault(delivery.stream, []).append(delivery)
+        self._ready_changes -= taken
         if not self._out:
             # Nothing delivered waits for a commit, which is what saves the resume point: while
             # only other tables change, it is saved here, or a restart would read all of their

@@ -3,7 +3,7 @@ from collections import deque
 from indexer.core.binlog_changes import RowChange
 from indexer.core.binlog_outstanding import Outstanding
 from indexer.core.envelope import Position
-from indexer.core.events import Change
+from indexer.core.events import BuiltRows, Change
 from indexer.core.streams import Delivery, Stream
 from indexer.core.versions import pack
 
@@ -57,3 +57,22 @@ def test_a_new_server_s_series_starts_above_the_last_and_forgets_the_outstanding
     # The promoted server's coordinates start lower, its positions above every one before.
     out.deliver([_change("shop.a", 4, ("mysql-bin.000001", 4), file="mysql-bin.000001")], ready)
     assert ready[-1].position > ready[0].position and out.oldest() == (("mysql-bin.000001", 4), "")
+
+
+def test_a_rows_event_s_built_documents_are_one_delivery_at_the_last_row_s_position() -> None:
+    out, ready = Outstanding({"shop.a": A}, base=1000), deque[Delivery]()
+    where = Position("mysql-bin.000002", 120, 0, 0, None, "false", "mariadb")
+    rows = BuiltRows("u", where, [("1", b'{"id":1}'), ("2", b'{"id":2}'), ("3", b'{"id":3}')],
+                     "id")
+    event = RowChange("shop.a", where, frozenset(), FIRST, None, size=300, built_rows=rows)
+    assert out.deliver([event, _change("shop.a", 130, FIRST)], ready) == 4
+    assert out.deliver([event], ready) == 0  # read again after a reconnect: not twice
+    first = 1000 + pack(2, 120, 0) * 2
+    (delivery, after) = ready
+    assert (delivery.position, delivery.changes, delivery.rows) == (first + 4, 3, rows)
+    assert after.position == 1000 + pack(2, 130, 0) * 2 and after.changes == 1
+    # Each row on its own (a dead letter) at the position it would have had alone.
+    second = delivery.row(1)
+    assert (second.position, second.size, second.layout) == (first + 2, 100, frozenset())
+    assert second.built is not None and second.built.position.row == 1
+    assert (second.built.id, second.built.document, second.built.op) == ("2", b'{"id":2}', "u")

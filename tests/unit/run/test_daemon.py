@@ -13,18 +13,23 @@ from typing import Any, TypeVar
 
 import orjson
 import pytest
+from msgspec.structs import replace as replace_struct
 
 from indexer.build import load_native
 from indexer.config import build_config
 from indexer.core import native as native_module
-from indexer.core.events import EnvelopeDecoder, LayoutChanged
+from indexer.core.documents import DocumentBuilder, file_number
+from indexer.core.envelope import Position
+from indexer.core.events import BuiltRows, Change, EnvelopeDecoder, LayoutChanged
 from indexer.core.sources import Registry
-from indexer.core.streams import Deliveries, Delivery, RevokeHook, Stream
+from indexer.core.streams import ROW_STEP, Deliveries, Delivery, RevokeHook, Stream
 from indexer.core.trees import Touch
-from indexer.core.writes import Op, Outcome
+from indexer.core.versions import pack
+from indexer.core.writes import MAPPING_CONFLICT, Op, Outcome
 from indexer.metrics import Metrics
 from indexer.run.daemon import Daemon
 from indexer.run.ports import Parts, Request
+from indexer.search.dead_letters import letter_for
 from indexer.settings import Config, TableConfig
 from indexer.source.kafka.dead_letters import dead_letter_for
 from tests.unit.corpus import POISON, messages
@@ -410,3 +415,119 @@ async def test_the_native_path_writes_and_commits_what_the_python_path_does() ->
     assert len(python[0]) == 40 and len(python[1]) == 6  # (poison, and its replay)
     if counting is not None:  # (dev/test.sh requires the native build)
         assert counting.taken > len(stream) / 2
+
+
+# --- a rows event's documents built by the source: one delivery, one write per row ----------
+
+class FailingSink(RecordingSink):
+    """Refuses one document for good, as a mapping conflict."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__()
+        self.refused = refused
+
+    async def write(self, ops: Sequence[Op]) -> None:
+        for op in ops:
+            if op.write.id == self.refused:
+                op.outcome = Outcome.FAILED
+                op.error_kind, op.error_reason = MAPPING_CONFLICT, "t1: no such field"
+        await super().write([op for op in ops if op.outcome is None])
+
+
+class KeptLetters(MemoryDeadLetters):
+    """Keeps what each letter is about: its position, kind, and the row's id and version."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: list[tuple[int, str, dict[str, Any]]] = []
+
+    async def deliver(self, delivery: Delivery, kind: str, reason: str, attempts: int) -> None:
+        letter = letter_for("binlog", delivery, kind, reason, attempts)
+        self.kept.append((delivery.position, kind, {"change": letter["change"],
+                                                    "binlog": letter["binlog"]}))
+
+
+def rows_events() -> list[list[Change]]:
+    """Rows events of one to five inserts or updates each, ids repeating within and across
+    batches (the older of two in one batch is stale)."""
+    events = []
+    for event in range(30):
+        position = Position("mysql-bin.000003", 1000 + event * 100, 0, 5000 + event, None,
+                            "false", "mariadb")
+        op = "c" if event < 4 else "u"
+        events.append([Change(op, {"id": (event * 3 + row) % 11}, None,
+                              {"id": (event * 3 + row) % 11, "qty": event * 10 + row},
+                              replace_struct(position, row=row))
+                       for row in range(1 + event % 5)])
+    return events
+
+
+class EventSource(MemorySource):
+    """Hands out one rows event's deliveries per fetch, as a binlog source does at most."""
+
+    def __init__(self, events: list[list[Delivery]]) -> None:
+        super().__init__([])
+        self.events = events
+
+    async def fetch(self, max_records: int, timeout_ms: int) -> Deliveries:
+        if not self.events:
+            await asyncio.sleep(timeout_ms / 1000)
+            return {}
+        return {TP: self.events.pop(0)}
+
+
+def as_deliveries(events: list[list[Change]], together: bool) -> list[list[Delivery]]:
+    """Each change its own delivery (the per-row path), or each event's documents as the
+    binlog source delivers them (built by the builder here: the native RowPlan's equal)."""
+    builder = DocumentBuilder(CONFIG.tables[0])
+
+    def at(change: Change) -> int:
+        p = change.position
+        return pack(file_number(p.file), p.pos, p.row) * ROW_STEP
+
+    if not together:
+        return [[Delivery(TP, at(c), None, None, 50, change=c) for c in changes]
+                for changes in events]
+    found = []
+    for changes in events:
+        documents = [(w.id, w.source) for w in map(builder.write_for_change, changes)]
+        rows = BuiltRows(changes[0].op, changes[0].position, documents, "id")
+        found.append([Delivery(TP, at(changes[-1]), None, None, 50 * len(changes), rows=rows)])
+    return found
+
+
+async def through_daemon(events: list[list[Delivery]]) -> tuple[Any, ...]:
+    source = EventSource(events)
+    sink, letters = FailingSink(refused="7"), KeptLetters()
+    config = replace(CONFIG, batch=replace(CONFIG.batch, max_events=8))
+    daemon = Daemon(config, parts=parts_of(source, sink, letters))
+    task = asyncio.create_task(daemon.run())
+    end = events[-1][-1].position + 1
+    await until(lambda: bool(source.commits) and source.commits[-1][TP] == end, task)
+    daemon.stop()
+    await task
+    samples = {(s.name, tuple(sorted(s.labels.items())), s.value)
+               for metric in daemon.metrics.registry.collect() for s in metric.samples
+               if s.name.startswith(("indexer_events", "indexer_indexed", "indexer_stale",
+                                     "indexer_dead_lettered", "indexer_native"))
+               and s.name.endswith("_total")}
+    return sink.documents, letters.kept, source.commits[-1], samples
+
+
+async def test_a_rows_event_s_documents_are_written_as_each_row_s_change_would_be() -> None:
+    events = rows_events()
+    rows = await through_daemon(as_deliveries(events, together=True))
+    each = await through_daemon(as_deliveries(events, together=False))
+    documents, letters, commit, samples = rows
+    assert (documents, letters, commit) == each[:3]
+    # The same counts, and the rows' changes counted as taken natively.
+    changes = sum(len(c) for c in events)
+    assert samples - each[3] == {("indexer_native_events_total",
+                                  (("table", "indexer_test.t1"),), changes)}
+    assert len(documents) == 10 and "7" not in documents  # ids 0-10, 7 refused
+    assert {name for name, _, _ in samples} >= {"indexer_stale_total", "indexer_indexed_total"}
+    # Each letter is one row's, at its own position, though its event was one delivery.
+    refused = [c for changes in events for c in changes if c.key["id"] == 7]
+    assert [(kind, letter["change"]["after"], letter["binlog"]["row"])
+            for _, kind, letter in letters] == [
+        (MAPPING_CONFLICT, c.after, c.position.row) for c in refused]
