@@ -483,8 +483,14 @@ class Daemon:
                 attempts = op.attempts
             elif error is None and message.requests:
                 error = next((r.failure for r in message.requests if r.failure), None)
-            if error is not None:
-                await self._send_letter(message, message.delivery, error, attempts)
+            if error is None:
+                continue
+            delivery = message.delivery
+            if delivery.rows is not None:  # a rows delivery that made no writes: each row's
+                for row in range(delivery.changes):
+                    await self._send_letter(message, delivery.row(row), error, attempts)
+            else:
+                await self._send_letter(message, delivery, error, attempts)
 
     async def _send_letter(self, message: Message, delivery: Delivery, error: tuple[str, str],
                            attempts: int) -> None:

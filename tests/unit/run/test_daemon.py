@@ -531,3 +531,25 @@ async def test_a_rows_event_s_documents_are_written_as_each_row_s_change_would_b
     assert [(kind, letter["change"]["after"], letter["binlog"]["row"])
             for _, kind, letter in letters] == [
         (MAPPING_CONFLICT, c.after, c.position.row) for c in refused]
+
+
+async def test_a_rows_event_that_cannot_be_versioned_is_dead_lettered_row_by_row() -> None:
+    changes = rows_events()[3]  # four rows
+    (delivery,), = as_deliveries([changes], together=True)
+    assert delivery.rows is not None
+    # A binlog file number 0 cannot be packed into a version: every row is refused alone.
+    rows = delivery.rows
+    rows.position = replace_struct(rows.position, file="mysql-bin.000000")
+    events = [[delivery]]
+    source, sink, letters = EventSource(events), RecordingSink(), KeptLetters()
+    daemon = Daemon(CONFIG, parts=parts_of(source, sink, letters))
+    task = asyncio.create_task(daemon.run())
+    end = events[-1][-1].position + 1
+    await until(lambda: bool(source.commits) and source.commits[-1][TP] == end, task)
+    daemon.stop()
+    await task
+    assert not sink.documents
+    assert [(position, kind, letter["binlog"]["row"], letter["change"]["after"])
+            for position, kind, letter in letters.kept] == [
+        (end - 1 - ROW_STEP * (len(changes) - 1 - i), "bad-version", i, c.after)
+        for i, c in enumerate(changes)]
