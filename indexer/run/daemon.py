@@ -469,15 +469,16 @@ class Daemon:
 
     async def _dead_letter(self, batch: Batch) -> None:
         for message in batch.messages:
+            if message.ops is not None:  # a rows delivery: each row failed is its own letter
+                for row, written in enumerate(message.ops):
+                    if written.outcome is Outcome.FAILED:
+                        await self._send_letter(message, message.delivery.row(row),
+                                                (written.error_kind, written.error_reason),
+                                                written.attempts)
+                continue
             error = message.error
             attempts = 1
             op = message.op
-            if message.ops is not None:  # a rows delivery: each row failed is its own letter
-                for row, op in enumerate(message.ops):
-                    if op.outcome is Outcome.FAILED:
-                        await self._send_letter(message, message.delivery.row(row),
-                                                (op.error_kind, op.error_reason), op.attempts)
-                continue
             if op is not None and op.outcome is Outcome.FAILED:
                 error = (op.error_kind, op.error_reason)
                 attempts = op.attempts

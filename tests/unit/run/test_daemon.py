@@ -257,19 +257,26 @@ def change(topic: str, partition: int, offset: int, row: dict[str, Any]) -> Deli
     return Delivery(Stream(topic, partition), offset, key, body, len(key) + len(body))
 
 
-class Partitions(MemorySource):
-    """Changes of several streams, handed out in the order given."""
+class SliceSource(MemorySource):
+    """Hands out one slice of one stream's deliveries per fetch, in the order given."""
 
-    def __init__(self, records: list[Delivery]) -> None:
+    def __init__(self, slices: list[list[Delivery]]) -> None:
         super().__init__([])
-        self.records = records
+        self.slices = slices
 
     async def fetch(self, max_records: int, timeout_ms: int) -> Deliveries:
-        if not self.records:
+        if not self.slices:
             await asyncio.sleep(timeout_ms / 1000)
             return {}
-        first = self.records.pop(0)
-        return {first.stream: [first]}
+        first = self.slices.pop(0)
+        return {first[0].stream: first}
+
+
+class Partitions(SliceSource):
+    """Changes of several streams, handed out one at a time in the order given."""
+
+    def __init__(self, records: list[Delivery]) -> None:
+        super().__init__([[record] for record in records])
 
     def assignment(self) -> set[Stream]:
         return {Stream(PRODUCTS, 0), Stream(CATEGORIES, 0)}
@@ -462,20 +469,6 @@ def rows_events() -> list[list[Change]]:
     return events
 
 
-class EventSource(MemorySource):
-    """Hands out one rows event's deliveries per fetch, as a binlog source does at most."""
-
-    def __init__(self, events: list[list[Delivery]]) -> None:
-        super().__init__([])
-        self.events = events
-
-    async def fetch(self, max_records: int, timeout_ms: int) -> Deliveries:
-        if not self.events:
-            await asyncio.sleep(timeout_ms / 1000)
-            return {}
-        return {TP: self.events.pop(0)}
-
-
 def as_deliveries(events: list[list[Change]], together: bool) -> list[list[Delivery]]:
     """Each change its own delivery (the per-row path), or each event's documents as the
     binlog source delivers them (built by the builder here: the native RowPlan's equal)."""
@@ -497,7 +490,7 @@ def as_deliveries(events: list[list[Change]], together: bool) -> list[list[Deliv
 
 
 async def through_daemon(events: list[list[Delivery]]) -> tuple[Any, ...]:
-    source = EventSource(events)
+    source = SliceSource(events)  # one rows event's deliveries per fetch, as a binlog source
     sink, letters = FailingSink(refused="7"), KeptLetters()
     config = replace(CONFIG, batch=replace(CONFIG.batch, max_events=8))
     daemon = Daemon(config, parts=parts_of(source, sink, letters))
@@ -541,7 +534,7 @@ async def test_a_rows_event_that_cannot_be_versioned_is_dead_lettered_row_by_row
     rows = delivery.rows
     rows.position = replace_struct(rows.position, file="mysql-bin.000000")
     events = [[delivery]]
-    source, sink, letters = EventSource(events), RecordingSink(), KeptLetters()
+    source, sink, letters = SliceSource(events), RecordingSink(), KeptLetters()
     daemon = Daemon(CONFIG, parts=parts_of(source, sink, letters))
     task = asyncio.create_task(daemon.run())
     end = events[-1][-1].position + 1
